@@ -1,0 +1,205 @@
+"""Command line: parse, call one function, render. No git and no policy here."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import click
+
+from . import __version__
+from .errors import EXIT_CODE_TABLE, ExitCode, GuardError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def handled(fn: F) -> F:
+    """One handler for every expected failure: one line, a documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = kwargs.get("as_json", False)
+        try:
+            return fn(*args, **kwargs)
+        except GuardError as exc:
+            _fail(exc.message, exc.exit_code, as_json)
+        except KeyboardInterrupt:
+            _fail("interrupted", ExitCode.INTERRUPTED, as_json)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str, code: int, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"error": message, "exit_code": int(code)}))
+    click.echo(f"ccm-guard: error: {message}", err=True)
+    sys.exit(int(code))
+
+
+@click.group(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.version_option(__version__, prog_name="ccm-guard")
+def main() -> None:
+    """Run AI coding agents on a real git repository without trusting them.
+
+    \b
+    Each run gets its own linked worktree on branch ccm/<task>, made from a recorded
+    base commit; the git metadata is snapshotted before and after, straight from the
+    files, and the hygiene gates judge what the agent did. Your checkout is not touched.
+
+    \b
+    Quick start:
+      ccm-guard demo                          # a throwaway repository, two scripted agents
+      ccm-guard exec -- ./agent.sh            # run an agent in a guarded worktree
+      ccm-guard exec --timeout 600 -- claude -p "fix the failing test"
+      ccm-guard task list                     # what ran, and where its worktree is
+      ccm-guard audit TASK                    # judge a finished task again
+
+    State (registry, worktrees, logs) lives under $CCM_GUARD_HOME (default ~/.ccm).
+    """
+
+
+@main.command("exec", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.option("--task", "task_id", metavar="ID", help="Task id (default: generated). Sanitised to [A-Za-z0-9._-].")
+@click.option("--base", default="HEAD", show_default=True, metavar="REV", help="Commit the task starts from.")
+@click.option("--repo", "repo", type=click.Path(file_okay=False, path_type=Path), default=".",
+              help="The repository to work on (default: the current directory).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop the agent's whole process group after this long (TERM, grace, KILL).")
+@click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
+              help="Time between TERM and KILL when stopping the agent.")
+@click.option("--read-only", is_flag=True, help="A reviewer's run: HEAD and the branch must not move.")
+@click.option("--require-commit/--no-require-commit", default=True, show_default=True,
+              help="Fail unless the agent made at least one new commit.")
+@click.option("--on-fail", type=click.Choice(["keep", "discard"]), default="keep", show_default=True,
+              help="On failure keep the worktree, or archive all work to refs/ccm-guard/archive/<task> and remove it.")
+@click.option("--cleanup", is_flag=True, help="On pass, archive the work and remove worktree and branch.")
+@click.option("--pass-env", "keep_env", multiple=True, metavar="NAME",
+              help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...).")
+@click.option("--pty/--no-pty", "terminal", default=None,
+              help="Give the agent a pseudo-terminal (default: when ccm-guard runs on a terminal).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@handled
+def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, read_only: bool,
+             require_commit: bool, on_fail: str, cleanup: bool, keep_env: tuple[str, ...],
+             terminal: bool | None, as_json: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND in a new guarded worktree and judge what it did.
+
+    \b
+    Put the agent's command after --, e.g.:
+      ccm-guard exec -- ./agent.sh
+      ccm-guard exec --task fix-login --timeout 900 -- claude -p "fix the login bug"
+      ccm-guard exec --read-only --no-require-commit -- ./review.sh
+
+    A relative program path is taken from where you run ccm-guard. The agent runs with
+    its cwd in the worktree, in its own session, with SSH agent, tmux, D-Bus, Docker and
+    GIT_* variables removed from its environment (--pass-env keeps one).
+
+    The gates: processes, git-metadata, refs-untouched, main-checkout, new-commit
+    (or head-frozen with --read-only), clean-tree. On pass the worktree and branch are
+    kept for review; nothing is ever removed before it is archived.
+    """
+    from .guard import ExecOptions, exec_task
+    from .registry import Registry
+    from .report import render, to_json
+
+    opts = ExecOptions(
+        command=list(command), start=repo.resolve(), task=task_id, base=base, timeout=timeout,
+        grace=grace, read_only=read_only, require_commit=require_commit and not read_only,
+        on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
+        terminal=False if as_json and terminal is None else terminal,
+    )
+    verdict = exec_task(opts, Registry())
+    click.echo(to_json(verdict) if as_json else render(verdict))
+    sys.exit(int(verdict.exit_code))
+
+
+@main.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.argument("target", required=False, metavar="[TASK|PATH]")
+@click.option("--base", metavar="REF", help="For a worktree ccm-guard did not create: the branch its work started from.")
+@click.option("--read-only", is_flag=True, help="Judge as a read-only run (HEAD must not have moved).")
+@click.option("--require-commit/--no-require-commit", default=True, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@handled
+def audit(target: str | None, base: str | None, read_only: bool, require_commit: bool, as_json: bool) -> None:
+    """Run the gates again on a finished worktree.
+
+    For a ccm-guard task (by id, or a path inside its worktree) the gates compare against
+    the snapshot recorded before the agent started. For any other worktree, only the checks
+    that need no earlier snapshot run (clean-tree; new-commit against the merge-base
+    with --base).
+    """
+    from .guard import audit_target
+    from .registry import Registry
+    from .report import render, to_json
+
+    verdict = audit_target(target, base, Registry(), read_only, require_commit and not read_only)
+    click.echo(to_json(verdict) if as_json else render(verdict))
+    sys.exit(0 if verdict.gates_passed else int(ExitCode.GATES_FAILED))
+
+
+@main.group(context_settings=CONTEXT)
+def task() -> None:
+    """The task registry: what ran, where, and how it ended."""
+
+
+@task.command("list", context_settings=CONTEXT)
+@click.option("--all", "show_all", is_flag=True, help="Include tasks that were cleaned up or discarded.")
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def task_list(show_all: bool, as_json: bool) -> None:
+    """List tasks (live ones unless --all)."""
+    from .registry import Registry
+
+    tasks = Registry().list(live_only=not show_all)
+    if as_json:
+        click.echo(json.dumps([t.to_json() for t in tasks], indent=2))
+        return
+    if not tasks:
+        click.echo("no tasks" + ("" if show_all else " (--all shows finished ones)"))
+        return
+    click.echo(f"{'TASK':28} {'STATUS':10} {'BASE':12} {'BRANCH':36} WORKTREE")
+    for t in tasks:
+        click.echo(f"{t.id:28} {t.status:10} {t.base[:12]:12} {t.branch:36} {t.worktree}")
+
+
+@task.command("show", context_settings=CONTEXT)
+@click.argument("task_id", metavar="TASK")
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def task_show(task_id: str, as_json: bool) -> None:
+    """Show one task: status, base, paths and its last verdict."""
+    from .registry import Registry
+
+    t = Registry().get(task_id)
+    if as_json:
+        click.echo(json.dumps(t.to_json(), indent=2))
+        return
+    for name in ("id", "status", "branch", "base", "main_worktree", "worktree", "admin_dir", "log_dir"):
+        click.echo(f"{name + ':':15} {getattr(t, name)}")
+    click.echo(f"{'command:':15} {' '.join(json.loads(t.command))}")
+    if t.verdict:
+        v = json.loads(t.verdict)
+        failed = [g["name"] for g in v["gates"] if g["status"] in ("fail", "skipped")]
+        click.echo(f"{'verdict:':15} {v['outcome']}" + (f" (failed: {', '.join(failed)})" if failed else ""))
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--keep", is_flag=True, help="Keep the throwaway repository and print where it is.")
+@handled
+def demo(keep: bool) -> None:
+    """Make a throwaway repository and run two scripted agents through exec.
+
+    The first agent edits a file and commits: it passes. The second also commits, but
+    leaves a file uncommitted, plants a hook in .git/hooks and moves your main branch:
+    the gates catch all three. Your own repositories and ~/.ccm are not touched.
+    """
+    from .demo import run_demo
+
+    sys.exit(run_demo(keep))

@@ -1,0 +1,288 @@
+"""The hygiene gates: small functions from a run's before/after to findings.
+
+A gate returns its findings (each with a one-line reason and the paths involved) or
+raises `Skipped` when it cannot judge (git refused on a tampered repository). A new
+gate is one function and one line in GATES.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Mapping, TypeVar
+
+from . import configfile, git
+from .delta import Delta, Owner, RefChange
+from .snapshot import Pins, Snapshot
+
+FAIL = "fail"
+WARN = "warn"
+MAX_PATHS = 20  # per finding in the human verdict; --json has them all
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    gate: str
+    reason: str
+    paths: tuple[str, ...] = ()
+    severity: str = FAIL
+
+
+class Skipped(Exception):
+    """The gate could not judge; the reason says why (and the verdict fails)."""
+
+
+@dataclasses.dataclass
+class Context:
+    pins: Pins
+    repo: git.Repo  # the task's worktree, pinned; `untrusted` once metadata was tampered with
+    base: str
+    before: Snapshot
+    after: Snapshot
+    delta: Delta
+    main_files_before: Mapping[str, str] | None  # the person's dirty/untracked files -> identity
+    main_files_after: Mapping[str, str] | None
+    other_tasks: Mapping[str, str]  # admin dir name -> branch ref, of the other registered tasks
+    leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
+
+    @property
+    def head(self) -> str | None:
+        value = self.after.refs.get(self.pins.branch_ref)
+        return value if value and len(value) >= 40 and " " not in value else None
+
+    @functools.cached_property
+    def config_changes(self) -> dict[str, list[configfile.ConfigChange]]:
+        """Key-by-key changes of every changed config file (parsing runs no code)."""
+        found = {}
+        for change in self.delta.files:
+            name = change.key.rsplit("/", 1)[-1]
+            if change.key.startswith("include/") or name in ("config", "config.worktree"):
+                found[change.key] = configfile.diff(
+                    self.before.contents.get(change.key), self.after.contents.get(change.key)
+                )
+        return found
+
+    def ignored_worktree(self, key: str) -> bool:
+        """Another registered task's admin dir: that task's own gates judge it."""
+        parts = key.split("/")
+        return len(parts) > 2 and parts[1] == "worktrees" and parts[2] in self.other_tasks
+
+
+def untrusted_reason(ctx: Context) -> str | None:
+    """Why ccm-guard must not run git on this repository any more, if it must not."""
+    for key, changes in ctx.config_changes.items():
+        if ctx.ignored_worktree(key):
+            continue
+        dangerous = [c.key for c in changes if c.dangerous]
+        if dangerous or key.startswith("include/"):
+            return f"{_name(key)} gained keys that run code or steer git ({', '.join(dangerous) or 'include'})"
+    for key in ("common/objects/info/alternates", "common/shallow", "pointer"):
+        if ctx.delta.changed(key):
+            return f"{_name(key)} was changed"
+    return None
+
+
+def _name(key: str) -> str:
+    if key == "pointer":
+        return ".git (the worktree's pointer file)"
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+# --- the gates -------------------------------------------------------------------------------
+
+
+def clean_tree(ctx: Context) -> list[Finding]:
+    entries = _git(lambda: git.status(ctx.repo))
+    dirty = [e.path for e in entries if e.code != "??"]
+    untracked = [e.path for e in entries if e.code == "??"]
+    findings = []
+    if dirty:
+        findings.append(Finding("clean-tree", f"{len(dirty)} tracked file(s) changed but not committed", tuple(dirty)))
+    if untracked:
+        findings.append(Finding("clean-tree", f"{len(untracked)} untracked file(s) left behind", tuple(untracked)))
+    return findings
+
+
+def new_commit(ctx: Context) -> list[Finding]:
+    head = ctx.head
+    if head is None:
+        return [Finding("new-commit", f"branch {ctx.pins.branch} is gone or no longer a plain branch", (ctx.pins.branch_ref,))]
+    if head == ctx.base:
+        return [Finding("new-commit", f"no new commit on {ctx.pins.branch}: the agent must commit its work")]
+    if not _git(lambda: git.is_ancestor(ctx.repo, ctx.base, head)):
+        return [Finding("new-commit", f"{ctx.pins.branch} was rewritten: the base {ctx.base[:12]} is no longer in its history")]
+    return []
+
+
+def head_frozen(ctx: Context) -> list[Finding]:
+    findings = []
+    if ctx.after.refs.get(ctx.pins.branch_ref) != ctx.before.refs.get(ctx.pins.branch_ref):
+        findings.append(Finding("head-frozen", f"read-only run moved {ctx.pins.branch}", (ctx.pins.branch_ref,)))
+    head_key = f"common/worktrees/{ctx.pins.admin_name}/HEAD"
+    if ctx.delta.changed(head_key):
+        findings.append(Finding("head-frozen", "read-only run changed the worktree's HEAD", (head_key[7:],)))
+    return findings
+
+
+def refs_untouched(ctx: Context) -> list[Finding]:
+    own = ctx.pins.branch_ref
+    others = set(ctx.other_tasks.values())
+    checked_out = _checked_out_branches(ctx)
+    findings = []
+    for rc in ctx.delta.refs:
+        if rc.ref in others and _plain(rc.after) and _plain(rc.before):
+            continue  # another task's own work; its gates judge it
+        if rc.ref == own and _plain(rc.after):
+            continue
+        if rc.after is not None and not _plain(rc.after):
+            findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
+        elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
+            continue  # a new archive or snapshot written by another ccm-guard run
+        elif rc.ref.startswith(("refs/remotes/", "refs/stash")):
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a fetch or stash of yours?)", (rc.ref,), WARN))
+        elif rc.ref in checked_out and ctx.delta.changed(checked_out[rc.ref]):
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} while its checkout's index changed too: "
+                                    "your own commit, or the agent's? check it", (rc.ref,), WARN))
+        else:
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
+    return findings
+
+
+def _plain(value: str | None) -> bool:
+    return value is not None and len(value) >= 40 and " " not in value
+
+
+def _verb(rc: RefChange) -> str:
+    if rc.before is None:
+        return f"was created at {(rc.after or '')[:12]}"
+    if rc.after is None:
+        return "was deleted"
+    return f"moved {rc.before[:12]} -> {rc.after[:12]}"
+
+
+def _checked_out_branches(ctx: Context) -> dict[str, str]:
+    """Branches checked out in the person's worktrees -> the key of that worktree's index."""
+    found = {}
+    for key, data in ctx.before.contents.items():
+        if not key.endswith("/HEAD") or ctx.ignored_worktree(key):
+            continue
+        prefix = key[: -len("HEAD")]
+        if prefix == f"common/worktrees/{ctx.pins.admin_name}/":
+            continue
+        if prefix == "common/" or prefix.startswith("common/worktrees/") and prefix.count("/") == 3:
+            text = data.decode("utf-8", "replace").strip()
+            if text.startswith("ref: "):
+                found[text[5:]] = prefix + "index"
+    return found
+
+
+def git_metadata(ctx: Context) -> list[Finding]:
+    findings = []
+    for change in ctx.delta.files:
+        if ctx.ignored_worktree(change.key):
+            continue
+        where = _name(change.key)
+        if change.owner is Owner.CONTROL:
+            detail = "; ".join(c.describe() for c in ctx.config_changes.get(change.key, []))
+            findings.append(Finding("git-metadata", f"{where} was {change.change}" + (f": {detail}" if detail else ""), (where,)))
+        elif change.owner is Owner.IN_PROGRESS:
+            findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
+        elif change.owner is Owner.OTHER_WORKTREE:
+            findings.append(Finding("git-metadata", f"{where} {change.change} in another worktree (yours?)", (where,), WARN))
+        elif change.owner is Owner.REFLOG and not _ref_changed(ctx, change.key[len("common/logs/"):]):
+            findings.append(Finding("git-metadata", f"reflog {where} was rewritten but its ref did not move", (where,)))
+    head = ctx.after.contents.get(f"common/worktrees/{ctx.pins.admin_name}/HEAD", b"").decode("utf-8", "replace").strip()
+    if head != f"ref: {ctx.pins.branch_ref}":
+        findings.append(Finding("git-metadata", f"the task worktree's HEAD left {ctx.pins.branch}: {head[:60] or '(missing)'}"))
+    objs = ctx.delta.objects
+    if objs.altered:
+        findings.append(Finding("git-metadata", f"{len(objs.altered)} existing object file(s) were rewritten", tuple(objs.altered)))
+    if objs.removed:
+        findings.append(Finding("git-metadata", f"{len(objs.removed)} existing object file(s) were removed", tuple(objs.removed)))
+    return findings
+
+
+def _ref_changed(ctx: Context, ref: str) -> bool:
+    return ref == ctx.pins.branch_ref or ref in ctx.other_tasks.values() or any(rc.ref == ref for rc in ctx.delta.refs)
+
+
+def main_checkout(ctx: Context) -> list[Finding]:
+    prefix = ctx.delta.main_prefix
+    index_changed = ctx.delta.changed(prefix + "index")
+    findings = []
+    for change in ctx.delta.of(Owner.MAIN):
+        where = _name(change.key)
+        if change.key == prefix + "index":
+            continue
+        if not index_changed and (change.key.endswith("/HEAD") or change.change == "added"):
+            findings.append(Finding("main-checkout", f"{where} {change.change} in your checkout while its index did not: "
+                                    "not a git command of yours", (where,)))
+        else:
+            findings.append(Finding("main-checkout", f"{where} {change.change} in your checkout", (where,), WARN))
+    if ctx.main_files_before is not None and ctx.main_files_after is not None:
+        before, after = ctx.main_files_before, ctx.main_files_after
+        touched = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+        if touched:
+            findings.append(Finding("main-checkout", f"{len(touched)} file(s) in your checkout changed during the run "
+                                    "(yours, or the agent's? check them)", tuple(touched), WARN))
+    return findings
+
+
+def processes(ctx: Context) -> list[Finding]:
+    if not ctx.leftovers:
+        return []
+    return [Finding("processes", f"{len(ctx.leftovers)} process(es) the agent started were still running and were killed",
+                    ctx.leftovers)]
+
+
+T = TypeVar("T")
+
+
+def _git(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except git.UntrustedRepoError as exc:
+        raise Skipped(exc.message) from exc
+
+Gate = Callable[[Context], list[Finding]]
+GATES: dict[str, Gate] = {
+    "processes": processes,
+    "git-metadata": git_metadata,
+    "refs-untouched": refs_untouched,
+    "main-checkout": main_checkout,
+    "new-commit": new_commit,
+    "head-frozen": head_frozen,
+    "clean-tree": clean_tree,
+}
+
+
+def select(read_only: bool, require_commit: bool) -> list[str]:
+    """The gates a run's options ask for, in the order they are reported."""
+    names = ["processes", "git-metadata", "refs-untouched", "main-checkout"]
+    if read_only:
+        names.append("head-frozen")
+    elif require_commit:
+        names.append("new-commit")
+    names.append("clean-tree")
+    return names
+
+
+@dataclasses.dataclass(frozen=True)
+class GateResult:
+    name: str
+    status: str  # "pass", "fail", "warn", "skipped"
+    findings: tuple[Finding, ...]
+    note: str = ""
+
+
+def run_gates(ctx: Context, names: list[str]) -> list[GateResult]:
+    results = []
+    for name in names:
+        try:
+            findings = GATES[name](ctx)
+        except Skipped as exc:
+            results.append(GateResult(name, "skipped", (), str(exc)))
+            continue
+        status = "fail" if any(f.severity == FAIL for f in findings) else "warn" if findings else "pass"
+        results.append(GateResult(name, status, tuple(findings)))
+    return results

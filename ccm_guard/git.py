@@ -1,0 +1,366 @@
+"""The one gateway to the git binary.
+
+Every git process ccm-guard starts is built here, hardened against what an agent
+may have planted in the repository (DESIGN.md § Detection):
+
+- the git dir, common dir and work tree are passed explicitly from paths pinned when
+  the task was created, so a rewritten `.git` pointer, `commondir` or `core.worktree`
+  cannot redirect ccm-guard to a decoy;
+- hooks, fsmonitor, pagers, replace objects, grafts, the commit-graph, signing and
+  auto-gc are off; the global and system config and the person's HOME are not read
+  (the agent can write `$HOME/.gitconfig` when it runs unsandboxed);
+- optional locks are off, so reading status never rewrites an index;
+- output is `-z` and split on NUL.
+
+Subprocess rather than plumbum: plumbum costs ~66 ms at import here (PERF-NOTES), a
+third of the budget of a whole `exec` on a small repository; this module is the only
+place that would change if that ever flips.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .errors import GitError, RepoError, UntrustedRepoError
+
+HARDENING = (
+    "--no-pager",
+    "--no-replace-objects",
+    "--literal-pathspecs",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.commitGraph=false",
+    "-c", "core.pager=cat",
+    "-c", "core.editor=false",
+    "-c", "sequence.editor=false",
+    "-c", "commit.gpgSign=false",
+    "-c", "tag.gpgSign=false",
+    "-c", "log.showSignature=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "submodule.recurse=false",
+    "-c", "core.askPass=",
+    "-c", "credential.helper=",
+    "-c", "advice.graftFileDeprecated=false",  # GIT_GRAFT_FILE=/dev/null below is deliberate
+)
+
+# GIT_* variables the caller's environment may hold that would steer git elsewhere.
+_DROP_PREFIXES = ("GIT_",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Repo:
+    """Where git must look, pinned: never rediscovered from files the agent controls."""
+
+    git_dir: Path  # a linked worktree's admin dir, or the common dir itself
+    common_dir: Path
+    work_tree: Path | None = None
+    # Set once the snapshot shows config or object-store steering files were changed:
+    # from then on ccm-guard runs no git at all on this repository.
+    untrusted: str | None = None
+
+    def distrust(self, reason: str) -> "Repo":
+        return dataclasses.replace(self, untrusted=reason)
+
+    def with_work_tree(self, git_dir: Path, work_tree: Path) -> "Repo":
+        return dataclasses.replace(self, git_dir=git_dir, work_tree=work_tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "surrogateescape")
+
+    def z(self) -> list[str]:
+        """NUL-separated output as a list (no trailing empty element)."""
+        return [p for p in self.out.split("\0") if p]
+
+
+@functools.lru_cache(maxsize=1)
+def binary() -> str:
+    found = shutil.which("git")
+    if not found:
+        raise GitError("git not found on PATH: install git (2.39 or newer) and try again")
+    return os.path.realpath(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_home() -> str:
+    # A HOME with nothing in it: no ~/.gitconfig, no ~/.config/git/{ignore,attributes}.
+    return tempfile.mkdtemp(prefix="ccm-guard-githome-")
+
+
+def environment(repo: Repo | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES)}
+    env.pop("XDG_CONFIG_HOME", None)
+    env.update(
+        HOME=_empty_home(),
+        LC_ALL="C",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_GRAFT_FILE="/dev/null",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_PAGER="cat",
+        PAGER="cat",
+    )
+    if repo is not None:
+        env["GIT_DIR"] = str(repo.git_dir)
+        env["GIT_COMMON_DIR"] = str(repo.common_dir)
+        if repo.work_tree is not None:
+            env["GIT_WORK_TREE"] = str(repo.work_tree)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(
+    args: Sequence[str],
+    repo: Repo | None = None,
+    *,
+    cwd: Path | str | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Result:
+    """Run one hardened git command; raise GitError with the whole story on failure."""
+    if repo is not None and repo.untrusted:
+        raise UntrustedRepoError(
+            f"refusing to run git on {repo.common_dir}: {repo.untrusted}; "
+            "inspect the repository by hand before trusting it again"
+        )
+    argv = (binary(), *HARDENING, *args)
+    if cwd is None:
+        cwd = repo.work_tree if repo and repo.work_tree else (repo.git_dir if repo else "/")
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=environment(repo, env),
+            check=False,
+        )
+    except OSError as exc:
+        raise GitError(f"could not start git ({exc.strerror}): check that {argv[0]} works") from exc
+    result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        raise GitError(describe_failure(result))
+    return result
+
+
+def describe_failure(result: Result) -> str:
+    lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+    why = lines[-1] if lines else "no message"
+    return f"git {' '.join(result.args)} failed (exit {result.returncode}): {why}"
+
+
+# --- discovery (runs on the person's repository, before any agent exists) -----------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Discovered:
+    git_dir: Path
+    common_dir: Path
+    toplevel: Path
+
+
+def discover(path: Path) -> Discovered:
+    """Find the repository that holds `path`; refuse what exec cannot use."""
+    if not path.is_dir():
+        raise RepoError(f"{path} is not a directory: run ccm-guard inside a git repository or pass --repo")
+    res = run(
+        ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"],
+        cwd=path,
+        check=False,
+    )
+    if res.returncode != 0:
+        raise RepoError(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
+    bare, git_dir, common = res.out.splitlines()[:3]
+    if bare == "true":
+        raise RepoError(
+            f"{git_dir} is a bare repository: ccm-guard needs a checkout; clone it first "
+            "(git clone BARE checkout) and run there"
+        )
+    common_path = Path(common)
+    if not common_path.is_absolute():
+        common_path = Path(path, common_path)
+    top = run(["rev-parse", "--show-toplevel"], cwd=path, check=False)
+    if top.returncode != 0:
+        raise RepoError(f"{path} is inside a git directory, not a work tree: cd into the checkout")
+    return Discovered(
+        git_dir=Path(os.path.realpath(git_dir)),
+        common_dir=Path(os.path.realpath(common_path)),
+        toplevel=Path(os.path.realpath(top.out.strip())),
+    )
+
+
+# --- typed queries ---------------------------------------------------------------------------
+
+
+def resolve_commit(repo: Repo, rev: str) -> str | None:
+    res = run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+def symbolic_head(repo: Repo) -> str | None:
+    res = run(["symbolic-ref", "--quiet", "HEAD"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+def ref_exists(repo: Repo, ref: str) -> bool:
+    return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
+
+
+def check_branch_name(name: str) -> bool:
+    return run(["check-ref-format", "--branch", name], check=False).returncode == 0
+
+
+def worktree_add(repo: Repo, path: Path, branch: str, base: str) -> None:
+    run(["worktree", "add", "--quiet", "-b", branch, str(path), base], repo, cwd="/")
+
+
+def worktree_remove(repo: Repo, path: Path) -> None:
+    # Twice --force: also removes a worktree that is locked or has modifications.
+    run(["worktree", "remove", "--force", "--force", str(path)], repo, cwd="/")
+
+
+def worktree_prune(repo: Repo) -> None:
+    run(["worktree", "prune"], repo, cwd="/")
+
+
+def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, message: str = "ccm-guard") -> None:
+    args = ["update-ref", "-m", message, ref, new]
+    if old is not None:
+        args.append(old)
+    run(args, repo)
+
+
+def delete_ref(repo: Repo, ref: str, old: str) -> None:
+    """Delete `ref` only if it still points at `old` (compare-and-swap)."""
+    run(["update-ref", "-d", ref, old], repo)
+
+
+def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
+    res = run(["merge-base", "--is-ancestor", ancestor, descendant], repo, check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    return res.returncode == 0
+
+
+def rev_list(repo: Repo, base: str, head: str) -> list[str]:
+    return run(["rev-list", "--reverse", f"{base}..{head}"], repo).out.split()
+
+
+def commit_subject(repo: Repo, commit: str) -> str:
+    return run(["log", "-1", "--no-decorate", "--format=%s", commit], repo).out.strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    path: str
+    added: int | None  # None for binary files
+    deleted: int | None
+
+
+def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
+    out = run(
+        ["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],
+        repo,
+    ).z()
+    stats = []
+    for record in out:
+        added, deleted, path = record.split("\t", 2)
+        stats.append(
+            FileStat(path, None if added == "-" else int(added), None if deleted == "-" else int(deleted))
+        )
+    return stats
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusEntry:
+    code: str  # "??" untracked, "!!" ignored, "UU"-style unmerged, else the XY pair
+    path: str
+
+
+def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
+    """`git status --porcelain=v2 -z` of the repo's work tree, every untracked file listed."""
+    args = ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none"]
+    if ignored:
+        args.append("--ignored=traditional")
+    entries = []
+    for record in run(args, repo).z():
+        kind = record[0]
+        if kind in "?!":
+            entries.append(StatusEntry(kind * 2, record[2:]))
+        elif kind == "1":
+            fields = record.split(" ", 8)
+            entries.append(StatusEntry(fields[1], fields[8]))
+        elif kind == "u":
+            fields = record.split(" ", 10)
+            entries.append(StatusEntry(fields[1], fields[10]))
+    return entries
+
+
+def config_entries(path: Path) -> list[tuple[str, str]]:
+    """The key/value pairs of one config file, as git itself parses them; includes not followed.
+
+    Reading a config file runs nothing, whoever wrote it.
+    """
+    res = run(["config", "--file", str(path), "--no-includes", "--list", "-z"], check=False)
+    if res.returncode != 0:
+        raise GitError(f"{path} is not a valid git config file: {describe_failure(res)}")
+    pairs = []
+    for record in res.z():
+        key, _, value = record.partition("\n")
+        pairs.append((key, value))
+    return pairs
+
+
+def tree_size(repo: Repo, rev: str) -> tuple[int, int]:
+    """(files, bytes) a checkout of `rev` writes; used for the disk-space preflight."""
+    out = run(["ls-tree", "-r", "-z", "--format=%(objecttype) %(objectsize)", rev], repo).z()
+    files = total = 0
+    for record in out:
+        kind, size = record.split(" ", 1)
+        if kind == "blob":
+            files += 1
+            total += int(size)
+    return files, total
+
+
+def archive_commit(repo: Repo, parent: str, message: str, identity: Mapping[str, str]) -> str:
+    """A commit holding everything in the work tree (tracked and untracked, not ignored).
+
+    Built in a private copy of the index, so neither the task's index nor its branch
+    moves; the copy keeps git's stat cache, so only changed files are hashed again.
+    """
+    with tempfile.TemporaryDirectory(prefix="ccm-guard-archive-") as tmp:
+        index = Path(tmp, "index")
+        env = {"GIT_INDEX_FILE": str(index), **identity}
+        try:
+            shutil.copyfile(repo.git_dir / "index", index)
+            run(["add", "--all", "--", "."], repo, env=env)
+        except (OSError, GitError):
+            # No usable index (the agent may have removed or corrupted it): start from the commit.
+            index.unlink(missing_ok=True)
+            run(["read-tree", parent], repo, env=env)
+            run(["add", "--all", "--", "."], repo, env=env)
+        tree = run(["write-tree"], repo, env=env).out.strip()
+        return run(["commit-tree", tree, "-p", parent, "-F", "-"], repo, env=env, input=message.encode()).out.strip()

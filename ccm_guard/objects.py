@@ -1,0 +1,97 @@
+"""The object store: an inventory before and after, and a check that nothing old changed.
+
+A run may add objects; it must never change or remove existing ones (an overwritten
+loose object or a forged pack rewrites history under everybody's feet). Git itself
+"freshens" an object it would write again by touching its mtime, so a changed identity
+alone is not a finding: the file's content is then verified against the name it carries
+(a loose object is named by the hash of its inflated bytes; a pack and its index end in
+a checksum of everything before it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import zlib
+from pathlib import Path
+
+Identity = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
+
+_HEX = set("0123456789abcdef")
+
+
+def inventory(objects_dir: Path) -> dict[str, Identity]:
+    """Loose objects and pack files by relative path (objects/info is hashed elsewhere)."""
+    found: dict[str, Identity] = {}
+    try:
+        top = list(os.scandir(objects_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for dent in top:
+        if not dent.is_dir(follow_symlinks=False) or not (_is_fanout(dent.name) or dent.name == "pack"):
+            continue
+        with os.scandir(dent.path) as it:
+            for obj in it:
+                if obj.name.startswith(("tmp_", "tmp-")):
+                    continue  # a write in progress; only finished objects count
+                st = obj.stat(follow_symlinks=False)
+                found[f"{dent.name}/{obj.name}"] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return found
+
+
+def _is_fanout(name: str) -> bool:
+    return len(name) == 2 and set(name) <= _HEX
+
+
+@dataclasses.dataclass
+class ObjectDelta:
+    added: int
+    removed: list[str]
+    altered: list[str]  # existing objects whose content no longer matches their name
+
+
+def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Identity]) -> ObjectDelta:
+    removed = sorted(set(before) - set(after))
+    added = len(set(after) - set(before))
+    altered = [
+        rel
+        for rel, ident in before.items()
+        if rel in after and after[rel] != ident and not verify(objects_dir / rel, before_size=ident[1])
+    ]
+    return ObjectDelta(added, removed, sorted(altered))
+
+
+def verify(path: Path, before_size: int) -> bool:
+    """True when the file still holds exactly what its name promises."""
+    try:
+        data = _read(path)
+    except OSError:
+        return False
+    if len(data) != before_size:
+        return False
+    name = path.name
+    if path.parent.name == "pack":
+        if name.endswith((".pack", ".idx")):
+            return _trailer_ok(data)
+        return False  # .keep, .rev, .bitmap ... are not rewritten by a normal run
+    try:
+        raw = zlib.decompress(data)
+    except zlib.error:
+        return False
+    oid = path.parent.name + name
+    algo = "sha1" if len(oid) == 40 else "sha256"
+    return hashlib.new(algo, raw).hexdigest() == oid
+
+
+def _trailer_ok(data: bytes) -> bool:
+    for size, algo in ((20, "sha1"), (32, "sha256")):
+        if len(data) > size and hashlib.new(algo, data[:-size]).digest() == data[-size:]:
+            return True
+    return False
+
+
+def _read(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()

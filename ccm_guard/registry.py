@@ -1,0 +1,167 @@
+"""The task registry: one SQLite file under the state home, outside every worktree.
+
+WAL and a busy timeout let many ccm-guard processes (many agents at once) share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import StateError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    repo TEXT NOT NULL,            -- the common dir (real path)
+    main_worktree TEXT NOT NULL,   -- the person's checkout exec was started from
+    main_git_dir TEXT NOT NULL,
+    worktree TEXT NOT NULL,
+    admin_dir TEXT NOT NULL DEFAULT '',
+    branch TEXT NOT NULL,
+    base TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    pid INTEGER,
+    command TEXT NOT NULL DEFAULT '[]',
+    log_dir TEXT NOT NULL DEFAULT '',
+    baseline TEXT,                 -- path of the snapshot taken before the agent started
+    verdict TEXT                   -- the last verdict, as JSON
+);
+CREATE INDEX IF NOT EXISTS tasks_repo ON tasks(repo, status);
+"""
+
+# The lifecycle (DESIGN.md § Lifecycle); anything else is a bug or a race, and refused.
+TRANSITIONS: dict[str, set[str]] = {
+    "PENDING": {"CREATED", "ERRORED", "CLEANED_UP"},
+    "CREATED": {"ACTIVE", "ERRORED", "DISCARDED", "CLEANED_UP"},
+    "ACTIVE": {"COMMITTED", "BLOCKED", "ERRORED", "ROLLED_BACK", "DISCARDED", "CLEANED_UP"},
+    "BLOCKED": {"ACTIVE", "DISCARDED", "ERRORED"},
+    "COMMITTED": {"APPLIED", "DISCARDED", "ROLLED_BACK", "CLEANED_UP", "ACTIVE"},
+    "ERRORED": {"DISCARDED", "CLEANED_UP", "ACTIVE", "ROLLED_BACK"},
+    "APPLIED": {"CLEANED_UP", "ROLLED_BACK"},
+    "ROLLED_BACK": {"ACTIVE", "DISCARDED", "CLEANED_UP"},
+    "DISCARDED": {"CLEANED_UP"},
+    "CLEANED_UP": set(),
+}
+LIVE = ("PENDING", "CREATED", "ACTIVE", "BLOCKED", "COMMITTED", "ERRORED")
+
+
+@dataclasses.dataclass
+class Task:
+    id: str
+    repo: str
+    main_worktree: str
+    main_git_dir: str
+    worktree: str
+    admin_dir: str
+    branch: str
+    base: str
+    status: str
+    created_at: float
+    updated_at: float
+    pid: int | None
+    command: str
+    log_dir: str
+    baseline: str | None
+    verdict: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["command"] = json.loads(self.command)
+        data["verdict"] = json.loads(self.verdict) if self.verdict else None
+        return data
+
+
+def home() -> Path:
+    return Path(os.environ.get("CCM_GUARD_HOME") or Path.home() / ".ccm")
+
+
+class Registry:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or home() / "registry.db"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.db.execute("PRAGMA busy_timeout = 30000")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
+        self.db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.db.close()
+
+    def add(self, task: Task) -> None:
+        fields = dataclasses.asdict(task)
+        names = ", ".join(fields)
+        marks = ", ".join(f":{k}" for k in fields)
+        try:
+            self.db.execute(f"INSERT INTO tasks ({names}) VALUES ({marks})", fields)
+        except sqlite3.IntegrityError as exc:
+            raise StateError(f"task {task.id} already exists: pick another --task id") from exc
+
+    def get(self, task_id: str) -> Task:
+        row = self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        if row is None:
+            raise StateError(f"no task {task_id!r}: `ccm-guard task list --all` shows the known ones")
+        return Task(**dict(row))
+
+    def exists(self, task_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
+
+    def list(self, *, repo: str | None = None, live_only: bool = True) -> list[Task]:
+        query, args = "SELECT * FROM tasks", []
+        clauses = []
+        if repo:
+            clauses.append("repo = ?")
+            args.append(repo)
+        if live_only:
+            clauses.append(f"status IN ({', '.join('?' * len(LIVE))})")
+            args.extend(LIVE)
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        rows = self.db.execute(query + " ORDER BY created_at", args).fetchall()
+        return [Task(**dict(r)) for r in rows]
+
+    def update(self, task_id: str, **fields: Any) -> None:
+        fields["updated_at"] = time.time()
+        sets = ", ".join(f"{k} = :{k}" for k in fields)
+        self.db.execute(f"UPDATE tasks SET {sets} WHERE id = :id", {**fields, "id": task_id})
+
+    def move(self, task_id: str, status: str, **fields: Any) -> None:
+        """Change a task's status along the lifecycle, atomically against other processes."""
+        with self.transaction():
+            current = self.get(task_id).status
+            if status not in TRANSITIONS[current]:
+                raise StateError(f"task {task_id} cannot go from {current} to {status}")
+            self.update(task_id, status=status, **fields)
+
+    def delete(self, task_id: str) -> None:
+        self.db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+
+    def transaction(self) -> "_Tx":
+        return _Tx(self.db)
+
+
+class _Tx:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def rows(tasks: list[Task]) -> Iterator[dict[str, Any]]:
+    for task in tasks:
+        yield task.to_json()

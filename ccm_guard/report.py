@@ -1,0 +1,129 @@
+"""The verdict: a dataclass first, then a short human summary and JSON for programs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+from .errors import ExitCode
+from .gates import MAX_PATHS, GateResult
+from .git import FileStat
+from .runner import AgentResult
+
+
+@dataclasses.dataclass
+class Verdict:
+    task: str
+    branch: str
+    base: str
+    head: str | None
+    repo: str
+    worktree: str
+    log_dir: str
+    agent: AgentResult | None
+    commits: list[tuple[str, str]]  # (sha, subject)
+    files: list[FileStat]
+    gates: list[GateResult]
+    disposition: str  # what happened to the worktree afterwards
+    archive: str | None = None
+    errors: list[str] = dataclasses.field(default_factory=list)
+    next_steps: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def gates_passed(self) -> bool:
+        return all(g.status in ("pass", "warn") for g in self.gates) and not self.errors
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.agent is not None and self.agent.interrupted:
+            return ExitCode.INTERRUPTED
+        if not self.gates_passed:
+            return ExitCode.GATES_FAILED
+        if self.agent is not None and self.agent.timed_out:
+            return ExitCode.AGENT_TIMEOUT
+        if self.agent is not None and not self.agent.ok:
+            return ExitCode.AGENT_FAILED
+        return ExitCode.OK
+
+    @property
+    def outcome(self) -> str:
+        return {
+            ExitCode.OK: "pass",
+            ExitCode.GATES_FAILED: "gates-failed",
+            ExitCode.AGENT_TIMEOUT: "agent-timed-out",
+            ExitCode.AGENT_FAILED: "agent-failed",
+            ExitCode.INTERRUPTED: "interrupted",
+        }[self.exit_code]
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["commits"] = [{"sha": sha, "subject": subject} for sha, subject in self.commits]
+        data["outcome"] = self.outcome
+        data["exit_code"] = int(self.exit_code)
+        data["passed"] = self.exit_code == ExitCode.OK
+        return data
+
+
+def to_json(verdict: Verdict) -> str:
+    return json.dumps(verdict.to_json(), indent=2, ensure_ascii=False)
+
+
+# Control characters (C0, DEL, C1) and bidirectional overrides can hide or reorder text
+# on a terminal; anything the agent chose (paths, commit subjects) is shown escaped.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: str) -> str:
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def render(v: Verdict) -> str:
+    mark = {"pass": "PASS", "gates-failed": "FAIL"}.get(v.outcome, v.outcome.upper())
+    lines = [f"ccm-guard: {mark}  task {safe(v.task)}  branch {safe(v.branch)}  base {v.base[:12]}"]
+    if v.agent is not None:
+        lines.append("  agent: " + _agent_line(v.agent))
+    if v.commits:
+        lines.append(f"  commits: {len(v.commits)}")
+        lines.extend(f"    {sha[:12]} {safe(subject)}" for sha, subject in v.commits[-10:])
+    if v.files:
+        added = sum(f.added or 0 for f in v.files)
+        deleted = sum(f.deleted or 0 for f in v.files)
+        lines.append(f"  files changed: {len(v.files)} (+{added} -{deleted})")
+        for f in v.files[:MAX_PATHS]:
+            counts = "binary" if f.added is None else f"+{f.added} -{f.deleted}"
+            lines.append(f"    {counts:>12}  {safe(f.path)}")
+        if len(v.files) > MAX_PATHS:
+            lines.append(f"    ... and {len(v.files) - MAX_PATHS} more (--json lists all)")
+    lines.append("  gates:")
+    for g in v.gates:
+        lines.append(f"    {g.status.upper():7} {g.name}" + (f": {safe(g.note)}" if g.note else ""))
+        for f in g.findings:
+            lines.append(f"      {'x' if f.severity == 'fail' else '!'} {safe(f.reason)}")
+            shown = f.paths[:MAX_PATHS]
+            lines.extend(f"          {safe(p)}" for p in shown)
+            if len(f.paths) > len(shown):
+                lines.append(f"          ... and {len(f.paths) - len(shown)} more")
+    for err in v.errors:
+        lines.append(f"  error: {safe(err)}")
+    lines.append(f"  worktree: {v.worktree} ({v.disposition})")
+    if v.archive:
+        lines.append(f"  archive: {v.archive}")
+    lines.append(f"  logs: {v.log_dir}")
+    if v.next_steps:
+        lines.append("  next:")
+        lines.extend(f"    {step}" for step in v.next_steps)
+    return "\n".join(lines)
+
+
+def _agent_line(a: AgentResult) -> str:
+    if a.timed_out:
+        how = "timed out and was stopped"
+    elif a.interrupted:
+        how = "interrupted"
+    elif a.signal:
+        how = f"killed by signal {a.signal}"
+    else:
+        how = f"exited {a.exit_code}"
+    return f"{how} after {a.duration:.1f}s ({'terminal' if a.terminal else 'pipes'})"

@@ -1,0 +1,218 @@
+"""Task worktrees: preflight, create (all or nothing), archive, remove.
+
+A task is a linked worktree on branch `ccm/<task>` made from a recorded base commit,
+under the state home, so the person's checkout is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+from . import git
+from .errors import RepoError, UsageError
+from .registry import Registry, Task, home
+from .snapshot import Pins
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "ccm-guard",
+    "GIT_AUTHOR_EMAIL": "ccm-guard@localhost",
+    "GIT_COMMITTER_NAME": "ccm-guard",
+    "GIT_COMMITTER_EMAIL": "ccm-guard@localhost",
+}
+BRANCH_PREFIX = "ccm/"
+
+
+def new_task_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def sanitise_task_id(raw: str) -> str:
+    """A task id that is safe as a path component, a branch name and a shell word."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+    cleaned = re.sub(r"\.{2,}", ".", cleaned).strip("-.")[:64].rstrip("-.")
+    if cleaned.endswith(".lock"):
+        cleaned = cleaned[: -len(".lock")] + "-lock"
+    if not cleaned:
+        raise UsageError(f"task id {raw!r} has no usable characters: use letters, digits, '.', '_' or '-'")
+    return cleaned
+
+
+def repo_key(main: git.Discovered) -> str:
+    digest = hashlib.sha256(str(main.common_dir).encode()).hexdigest()[:10]
+    return f"{main.toplevel.name}-{digest}"
+
+
+def host_repo(common_dir: Path) -> git.Repo:
+    """The shared repository, for ref and worktree administration (no work tree)."""
+    return git.Repo(git_dir=common_dir, common_dir=common_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything decided and checked before anything is written."""
+
+    main: git.Discovered
+    task_id: str
+    branch: str
+    base: str
+    worktree: Path
+    log_dir: Path
+
+
+def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
+    main = git.discover(start)
+    host = host_repo(main.common_dir)
+    if git.resolve_commit(host, "HEAD") is None and not _has_any_commit(host):
+        raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")
+    base = git.resolve_commit(git.Repo(main.git_dir, main.common_dir, main.toplevel), base_rev)
+    if base is None:
+        raise RepoError(f"--base {base_rev!r} does not name a commit in {main.toplevel}: check `git log`")
+    task = sanitise_task_id(task_id) if task_id else new_task_id()
+    branch = BRANCH_PREFIX + task
+    if not git.check_branch_name(branch):
+        raise UsageError(f"task id {task!r} does not make a valid branch name: choose another --task")
+    if git.ref_exists(host, f"refs/heads/{branch}"):
+        raise RepoError(f"branch {branch} already exists: choose another --task, or delete the branch")
+    key = repo_key(main)
+    worktree = home() / "worktrees" / key / task
+    if os.path.lexists(worktree):
+        raise RepoError(f"{worktree} already exists: choose another --task, or remove that directory")
+    return Plan(main, task, branch, base, worktree, home() / "logs" / key / task)
+
+
+def _has_any_commit(host: git.Repo) -> bool:
+    return bool(git.run(["rev-list", "-n1", "--all"], host).out.strip())
+
+
+def check_disk(p: Plan) -> None:
+    files, total = git.tree_size(host_repo(p.main.common_dir), p.base)
+    parent = _existing_parent(p.worktree)
+    st = os.statvfs(parent)
+    free = st.f_bavail * st.f_frsize
+    # Each file costs at least a block; leave 5% of the disk as a margin.
+    need = total + files * st.f_frsize + st.f_blocks * st.f_frsize // 20
+    if free < need:
+        raise RepoError(
+            f"not enough disk space for the checkout: need about {_mb(need)} ({files} files), "
+            f"{_mb(free)} free under {parent}; free some space or point CCM_GUARD_HOME elsewhere"
+        )
+    if st.f_favail and st.f_favail < files * 2:
+        raise RepoError(f"not enough free inodes under {parent} for {files} files: free some, or move CCM_GUARD_HOME")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def create(p: Plan, registry: Registry, command: list[str]) -> tuple[Pins, Task]:
+    """Register, then make the worktree; on any failure or Ctrl-C leave nothing behind."""
+    now = time.time()
+    task = Task(
+        id=p.task_id, repo=str(p.main.common_dir), main_worktree=str(p.main.toplevel),
+        main_git_dir=str(p.main.git_dir), worktree=str(p.worktree), admin_dir="", branch=p.branch,
+        base=p.base, status="PENDING", created_at=now, updated_at=now, pid=os.getpid(),
+        command=json.dumps(command), log_dir=str(p.log_dir), baseline=None, verdict=None,
+    )
+    registry.add(task)
+    host = host_repo(p.main.common_dir)
+    try:
+        p.worktree.parent.mkdir(parents=True, exist_ok=True)
+        git.worktree_add(host, p.worktree, p.branch, p.base)
+        admin = _admin_dir(p.worktree, p.main.common_dir)
+        p.log_dir.mkdir(parents=True, exist_ok=True)
+    except BaseException:
+        with _no_interrupts():
+            _undo_create(host, p)
+            registry.delete(p.task_id)
+        raise
+    registry.move(p.task_id, "CREATED", admin_dir=str(admin))
+    task.admin_dir, task.status = str(admin), "CREATED"
+    return Pins(p.worktree, admin, p.main.common_dir, p.branch), task
+
+
+def _admin_dir(worktree: Path, common: Path) -> Path:
+    # Read once, right after git wrote it and before the agent exists: from here on the
+    # admin dir is pinned and the pointer file is only something to compare.
+    text = (worktree / ".git").read_text().strip()
+    admin = Path(os.path.realpath(text.removeprefix("gitdir: ")))
+    if admin.parent != common / "worktrees":
+        raise RepoError(f"git put the worktree's metadata at {admin}, outside {common}/worktrees")
+    return admin
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _undo_create(host: git.Repo, p: Plan) -> None:
+    """Remove whatever a failed or interrupted `worktree add` left: dir, admin dir, branch."""
+    if p.worktree.exists():
+        shutil.rmtree(p.worktree, ignore_errors=True)
+    for admin in _admin_dirs_pointing_at(p.main.common_dir, p.worktree):
+        shutil.rmtree(admin, ignore_errors=True)  # a half-made one is `locked`; prune keeps those
+    ref = f"refs/heads/{p.branch}"
+    if git.ref_exists(host, ref):
+        git.delete_ref(host, ref, p.base)
+    with contextlib.suppress(git.GitError):
+        git.worktree_prune(host)
+    with contextlib.suppress(OSError):
+        p.worktree.parent.rmdir()
+
+
+def _admin_dirs_pointing_at(common: Path, worktree: Path) -> list[Path]:
+    found = []
+    for gitdir_file in (common / "worktrees").glob("*/gitdir"):
+        with contextlib.suppress(OSError):
+            if Path(gitdir_file.read_text().strip()).parent == worktree:
+                found.append(gitdir_file.parent)
+    return found
+
+
+def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: str) -> str | None:
+    """Save all of the task's work, committed and not, under refs/ccm-guard/archive/<task>.
+
+    Returns the archive ref, or None when there was no work at all to keep.
+    """
+    commit = git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n", IDENTITY)
+    if _tree(host, commit) == _tree(host, head):
+        if head == base:
+            return None
+        commit = head  # everything is committed: the branch tip is the archive
+    ref = f"refs/ccm-guard/archive/{task_id}"
+    git.update_ref(host, ref, commit, message=f"ccm-guard: archive {task_id}")
+    return ref
+
+
+def _tree(host: git.Repo, commit: str) -> str:
+    return git.run(["rev-parse", f"{commit}^{{tree}}"], host).out.strip()
+
+
+def remove(host: git.Repo, pins: Pins, head: str | None) -> None:
+    """Remove the worktree and its branch (only if the branch is still at `head`)."""
+    git.worktree_remove(host, pins.worktree)
+    if head is not None and git.ref_exists(host, pins.branch_ref):
+        git.delete_ref(host, pins.branch_ref, head)
+    with contextlib.suppress(OSError):
+        pins.worktree.parent.rmdir()
