@@ -1,0 +1,133 @@
+"""Real git, real processes, isolated from the machine's HOME and config.
+
+Helpers (plain functions, import them from conftest):
+  make_repo(path)          a repository on `main` with a few committed files
+  git(repo, *args)         run git for the test itself (never through ccm-guard)
+  write_agent(dir, body)   a /bin/sh agent script ("set -e" + body)
+  run_exec(repo, agent)    `python -m ccm_guard exec --json ...` as a real process
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "Test Person",
+    "GIT_AUTHOR_EMAIL": "person@example.com",
+    "GIT_COMMITTER_NAME": "Test Person",
+    "GIT_COMMITTER_EMAIL": "person@example.com",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Nothing a test does may reach the real HOME, git config or ~/.ccm."""
+    home = tmp_path / "home"
+    home.mkdir()
+    # The agents' own git reads $HOME/.gitconfig (GIT_* is scrubbed from their environment).
+    (home / ".gitconfig").write_text("[user]\n\tname = Agent\n\temail = agent@example.com\n")
+    templates = tmp_path / "git-templates"
+    templates.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CCM_GUARD_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_TEMPLATE_DIR", str(templates))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in list(os.environ):
+        if name.startswith("GIT_") and name not in ("GIT_CONFIG_NOSYSTEM", "GIT_TEMPLATE_DIR"):
+            monkeypatch.delenv(name)
+    return tmp_path
+
+
+def git(repo: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True,
+        env={**os.environ, **AUTHOR, **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, text in (files or {"README.md": "# project\n", "src/app.py": "print('hi')\n"}).items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo")
+
+
+def write_agent(directory: Path, body: str, name: str = "agent.sh") -> Path:
+    path = directory / name
+    path.write_text("#!/bin/sh\nset -e\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+@dataclass
+class ExecResult:
+    code: int
+    verdict: dict[str, Any]
+    stdout: str
+    stderr: str
+
+    def gate(self, name: str) -> dict[str, Any]:
+        return next(g for g in self.verdict["gates"] if g["name"] == name)
+
+    def status(self, name: str) -> str:
+        return str(self.gate(name)["status"])
+
+    def reasons(self, name: str) -> str:
+        return "\n".join(f["reason"] for f in self.gate(name)["findings"])
+
+
+def ccm(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ccm_guard", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+    )
+
+
+def run_exec(repo: Path, agent: Path | str, *options: str, timeout: float = 60,
+             env: dict[str, str] | None = None) -> ExecResult:
+    proc = ccm("exec", "--json", *options, "--", str(agent), cwd=repo, timeout=timeout, env=env)
+    try:
+        verdict = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"no JSON verdict (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from exc
+    return ExecResult(proc.returncode, verdict, proc.stdout, proc.stderr)
+
+
+def state_of(repo: Path) -> dict[str, str]:
+    """What the person sees of their checkout: refs, HEAD, status, config and hooks."""
+    common = Path(git(repo, "rev-parse", "--git-common-dir"))
+    if not common.is_absolute():
+        common = repo / common
+    hooks = sorted(p.name for p in (common / "hooks").glob("*")) if (common / "hooks").exists() else []
+    return {
+        "refs": git(repo, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "head": git(repo, "symbolic-ref", "HEAD"),
+        "status": git(repo, "status", "--porcelain", "--untracked-files=all"),
+        "config": (common / "config").read_text(),
+        "hooks": " ".join(hooks),
+    }

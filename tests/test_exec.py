@@ -1,0 +1,230 @@
+"""`ccm-guard exec` end to end: real repositories, real scripted agents, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ccm, git, make_repo, run_exec, state_of, write_agent
+
+COMMIT = 'echo "$1" > "${2:-work.txt}"; git add -A; git commit -q -m "agent work"'
+
+
+def person_view(repo: Path) -> dict[str, str]:
+    state = state_of(repo)
+    state["refs"] = "\n".join(line for line in state["refs"].splitlines() if "refs/heads/ccm/" not in line)
+    return state
+
+
+def test_good_agent_passes_in_its_own_worktree_and_leaves_the_checkout_alone(repo: Path, tmp_path: Path) -> None:
+    before = person_view(repo)
+    agent = write_agent(tmp_path, 'pwd > "$HOME/agent-cwd"; echo hello > work.txt; git add work.txt; git commit -q -m "add work"')
+    res = run_exec(repo, agent, "--task", "t1")
+
+    assert res.code == 0, res.stdout + res.stderr
+    v = res.verdict
+    assert v["passed"] and v["outcome"] == "pass"
+    assert v["branch"] == "ccm/t1"
+    assert v["base"] == git(repo, "rev-parse", "main")
+    assert [c["subject"] for c in v["commits"]] == ["add work"]
+    assert v["files"] == [{"path": "work.txt", "added": 1, "deleted": 0}]
+    assert {g["name"]: g["status"] for g in v["gates"]} == {
+        "processes": "pass", "git-metadata": "pass", "refs-untouched": "pass",
+        "main-checkout": "pass", "new-commit": "pass", "clean-tree": "pass",
+    }
+    worktree = Path(v["worktree"])
+    assert (Path(os.environ["HOME"]) / "agent-cwd").read_text().strip() == str(worktree)
+    assert str(worktree).startswith(os.environ["CCM_GUARD_HOME"])
+    assert (worktree / "work.txt").read_text() == "hello\n"
+    assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/ccm/t1"
+    assert git(repo, "rev-parse", "ccm/t1") == v["head"]
+    assert person_view(repo) == before
+    assert not (repo / "work.txt").exists()
+
+
+def test_uncommitted_and_untracked_work_fails_clean_tree(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f'{COMMIT.replace("$1", "done")}\necho more >> README.md\necho new > stray.txt')
+    res = run_exec(repo, agent)
+    assert res.code == 1
+    assert res.status("clean-tree") == "fail"
+    paths = [p for f in res.gate("clean-tree")["findings"] for p in f["paths"]]
+    assert sorted(paths) == ["README.md", "stray.txt"]
+    assert res.status("new-commit") == "pass"
+
+
+def test_agent_that_does_not_commit_fails_new_commit(repo: Path, tmp_path: Path) -> None:
+    res = run_exec(repo, write_agent(tmp_path, "true"))
+    assert res.code == 1
+    assert res.status("new-commit") == "fail"
+    assert "no new commit" in res.reasons("new-commit")
+    no_req = run_exec(repo, write_agent(tmp_path, "true"), "--no-require-commit")
+    assert no_req.code == 0 and "new-commit" not in [g["name"] for g in no_req.verdict["gates"]]
+
+
+def test_read_only_run_may_not_move_head(repo: Path, tmp_path: Path) -> None:
+    reviewer = write_agent(tmp_path, "git log --oneline > /dev/null; cat README.md > /dev/null", "review.sh")
+    ok = run_exec(repo, reviewer, "--read-only")
+    assert ok.code == 0
+    assert ok.status("head-frozen") == "pass"
+
+    sneaky = write_agent(tmp_path, COMMIT.replace("$1", "x"), "sneaky.sh")
+    res = run_exec(repo, sneaky, "--read-only")
+    assert res.code == 1
+    assert res.status("head-frozen") == "fail"
+    assert "moved" in res.reasons("head-frozen")
+
+
+def test_agent_committing_to_main_fails_refs_untouched(repo: Path, tmp_path: Path) -> None:
+    main_before = git(repo, "rev-parse", "main")
+    agent = write_agent(tmp_path, f"{COMMIT.replace('$1', 'x')}\ngit update-ref refs/heads/main HEAD\ngit tag sneaky")
+    res = run_exec(repo, agent)
+    assert git(repo, "rev-parse", "main") != main_before  # the attack happened
+    assert res.code == 1
+    assert res.status("refs-untouched") == "fail"
+    reasons = res.reasons("refs-untouched")
+    assert "refs/heads/main moved" in reasons
+    assert "refs/tags/sneaky was created" in reasons
+
+
+def test_editing_config_and_a_shared_hook_fails_git_metadata_and_stops_git(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT.replace('$1', 'x')}
+common=$(git rev-parse --git-common-dir)
+mkdir -p "$common/hooks"; printf '#!/bin/sh\\necho pwned\\n' > "$common/hooks/post-merge"; chmod +x "$common/hooks/post-merge"
+git config core.fsmonitor "$common/hooks/post-merge"
+git config user.name Mallory""")
+    res = run_exec(repo, agent)
+    assert (repo / ".git/hooks/post-merge").exists()
+    assert res.code == 1
+    reasons = res.reasons("git-metadata")
+    assert "hooks/post-merge was added" in reasons
+    assert "DANGEROUS (runs code or steers git) core.fsmonitor" in reasons
+    assert "user.name: (unset) -> 'Mallory'" in reasons
+    # From then on ccm-guard runs no git on the repository: the git gates say so.
+    assert res.status("clean-tree") == "skipped"
+    assert "refusing to run git" in res.gate("clean-tree")["note"]
+    assert any("git was not run" in e for e in res.verdict["errors"])
+
+
+def test_concurrent_person_work_in_main_is_a_warning_not_a_failure(repo: Path, tmp_path: Path) -> None:
+    """The person commits to main and edits files while the agent runs."""
+    flag, started = tmp_path / "go", tmp_path / "started"
+    agent = write_agent(tmp_path, f"""touch {started}; while [ ! -e {flag} ]; do sleep 0.05; done
+{COMMIT.replace('$1', 'agent')}""")
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--", str(agent)],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    while not started.exists():
+        time.sleep(0.05)
+    (repo / "mine.txt").write_text("person\n")
+    git(repo, "add", "mine.txt")
+    git(repo, "commit", "-q", "-m", "person's own commit")
+    (repo / "README.md").write_text("edited by the person\n")
+    flag.touch()
+    out, err = proc.communicate(timeout=60)
+    v = json.loads(out)
+    assert proc.returncode == 0, out + err
+    gates = {g["name"]: g for g in v["gates"]}
+    assert gates["refs-untouched"]["status"] == "warn"
+    assert "refs/heads/main" in gates["refs-untouched"]["findings"][0]["paths"]
+    assert gates["main-checkout"]["status"] == "warn"
+    touched = [p for f in gates["main-checkout"]["findings"] for p in f["paths"]]
+    assert "README.md" in touched
+
+
+def test_two_agents_at_once_on_one_repository_both_pass(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"sleep 0.5\n{COMMIT.replace('$1', '$CCM_GUARD_TASK')}")
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--task", f"par{i}", "--", str(agent)],
+                         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        for i in range(2)
+    ]
+    results = [p.communicate(timeout=60) for p in procs]
+    for proc, (out, err) in zip(procs, results):
+        assert proc.returncode == 0, out + err
+    assert git(repo, "rev-parse", "ccm/par0") != git(repo, "rev-parse", "ccm/par1")
+
+
+def test_on_fail_discard_archives_everything_then_removes(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"{COMMIT.replace('$1', 'committed')}\necho dirty >> README.md\necho new > untracked.txt")
+    res = run_exec(repo, agent, "--task", "gone", "--on-fail", "discard")
+    assert res.code == 1
+    v = res.verdict
+    assert v["archive"] == "refs/ccm-guard/archive/gone"
+    assert v["disposition"] == "removed after archiving"
+    assert not Path(v["worktree"]).exists()
+    assert git(repo, "branch", "--list", "ccm/gone") == ""
+    archived = git(repo, "ls-tree", "-r", "--name-only", "refs/ccm-guard/archive/gone").split()
+    assert sorted(archived) == ["README.md", "src/app.py", "untracked.txt", "work.txt"]
+    assert git(repo, "show", "refs/ccm-guard/archive/gone:README.md").endswith("dirty")
+    assert git(repo, "rev-parse", "refs/ccm-guard/archive/gone^") == v["head"]  # the commit is kept too
+    show = ccm("task", "show", "gone", "--json", cwd=repo)
+    assert json.loads(show.stdout)["status"] == "DISCARDED"
+    assert any("restore" in s for s in v["next_steps"])
+
+
+def test_cleanup_on_pass_archives_the_branch_tip_and_removes(repo: Path, tmp_path: Path) -> None:
+    res = run_exec(repo, write_agent(tmp_path, COMMIT.replace("$1", "x")), "--task", "done", "--cleanup")
+    assert res.code == 0
+    v = res.verdict
+    assert not Path(v["worktree"]).exists()
+    assert git(repo, "rev-parse", "refs/ccm-guard/archive/done") == v["head"]
+    assert json.loads(ccm("task", "show", "done", "--json", cwd=repo).stdout)["status"] == "CLEANED_UP"
+    assert "ccm/done" not in git(repo, "branch", "--list")
+
+
+def test_agent_environment_is_scrubbed(repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    agent = write_agent(tmp_path, f"env > {out}")
+    env = {"SSH_AUTH_SOCK": "/tmp/agent.sock", "TMUX": "/tmp/tmux,1,0", "DOCKER_HOST": "unix:///x",
+           "GIT_DIR": "/elsewhere", "CCM_GUARD_SKIP": "1", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/x",
+           "KEEP_ME": "yes", "MY_TOKEN": "t"}
+    run_exec(repo, agent, "--no-require-commit", "--pass-env", "DOCKER_HOST", env=env)
+    seen = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    for name in ("SSH_AUTH_SOCK", "TMUX", "GIT_DIR", "CCM_GUARD_SKIP", "DBUS_SESSION_BUS_ADDRESS"):
+        assert name not in seen
+    assert seen["DOCKER_HOST"] == "unix:///x"  # passed through explicitly
+    assert seen["KEEP_ME"] == "yes"
+    assert seen["CCM_GUARD_TASK"] and seen["CCM_GUARD_BRANCH"].startswith("ccm/")
+
+
+def test_human_verdict_names_the_failed_gate_and_next_steps(repo: Path, tmp_path: Path) -> None:
+    proc = ccm("exec", "--task", "human", "--", str(write_agent(tmp_path, "echo leftover > x.txt")), cwd=repo)
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert "ccm-guard: FAIL  task human  branch ccm/human" in out
+    assert "FAIL    clean-tree" in out and "x.txt" in out
+    assert "FAIL    new-commit" in out
+    assert "check again: ccm-guard audit human" in out
+
+
+def test_agent_exit_code_is_reported_when_gates_pass(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"{COMMIT.replace('$1', 'x')}\nexit 3")
+    res = run_exec(repo, agent)
+    assert res.code == 3
+    assert res.verdict["agent"]["exit_code"] == 3
+    assert res.verdict["outcome"] == "agent-failed"
+
+
+def test_task_list_and_show(repo: Path, tmp_path: Path) -> None:
+    run_exec(repo, write_agent(tmp_path, COMMIT.replace("$1", "x")), "--task", "listed")
+    listing = ccm("task", "list", cwd=repo)
+    assert "listed" in listing.stdout and "COMMITTED" in listing.stdout
+    rows = json.loads(ccm("task", "list", "--json", cwd=repo).stdout)
+    assert [r["id"] for r in rows] == ["listed"]
+    shown = ccm("task", "show", "listed", cwd=repo).stdout
+    assert "verdict:" in shown and "pass" in shown
+    missing = ccm("task", "show", "nope", cwd=repo)
+    assert missing.returncode == 7 and "ccm-guard task list --all" in missing.stderr
+
+
+def test_exec_from_a_linked_worktree_of_the_person(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    mine = tmp_path / "mine"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(mine))
+    res = run_exec(mine, write_agent(tmp_path, COMMIT.replace("$1", "x")))
+    assert res.code == 0, res.stdout + res.stderr
+    assert res.verdict["base"] == git(mine, "rev-parse", "feature")
