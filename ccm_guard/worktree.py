@@ -40,6 +40,7 @@ def new_task_id() -> str:
 def sanitise_task_id(raw: str) -> str:
     """A task id that is safe as a path component, a branch name and a shell word."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+    cleaned = re.sub(r"-{2,}", "-", cleaned)
     cleaned = re.sub(r"\.{2,}", ".", cleaned).strip("-.")[:64].rstrip("-.")
     if cleaned.endswith(".lock"):
         cleaned = cleaned[: -len(".lock")] + "-lock"

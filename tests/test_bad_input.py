@@ -1,0 +1,162 @@
+"""Bad input: a one-line error naming the fix, a documented exit code, nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ccm_guard import git as gitmod
+from ccm_guard import guard, worktree
+from ccm_guard.errors import ExitCode, RepoError
+from ccm_guard.registry import Registry
+from conftest import ccm, git, make_repo, write_agent
+
+
+def assert_nothing_left(repo: Path) -> None:
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert git(repo, "for-each-ref", "refs/heads/ccm/") == ""
+    common = Path(git(repo, "rev-parse", "--absolute-git-dir"))
+    assert not (common / "worktrees").exists() or not any((common / "worktrees").iterdir())
+    state = Path(os.environ["CCM_GUARD_HOME"])
+    trees = state / "worktrees"
+    assert not trees.exists() or not any(p for d in trees.iterdir() for p in d.iterdir())
+    assert json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout) == []
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ccm-guard: error: ")
+    return lines[0]
+
+
+def test_not_a_git_repository(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    proc = ccm("exec", "--", "true", cwd=plain)
+    assert proc.returncode == ExitCode.REPO
+    assert "not in a git repository" in one_line_error(proc) and "git init" in proc.stderr
+
+
+def test_bare_repository(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    proc = ccm("exec", "--", "true", cwd=bare)
+    assert proc.returncode == ExitCode.REPO
+    assert "bare repository" in one_line_error(proc)
+
+
+def test_repository_without_commits(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    git(tmp_path, "init", "-q", str(empty))
+    proc = ccm("exec", "--", "true", cwd=empty)
+    assert proc.returncode == ExitCode.REPO
+    assert "no commits yet" in one_line_error(proc)
+
+
+def test_base_that_does_not_resolve(repo: Path) -> None:
+    proc = ccm("exec", "--base", "no-such-branch", "--", "true", cwd=repo)
+    assert proc.returncode == ExitCode.REPO
+    assert "--base 'no-such-branch' does not name a commit" in one_line_error(proc)
+    assert_nothing_left(repo)
+
+
+def test_branch_that_exists(repo: Path) -> None:
+    git(repo, "branch", "ccm/taken")
+    proc = ccm("exec", "--task", "taken", "--", "true", cwd=repo)
+    assert proc.returncode == ExitCode.REPO
+    assert "branch ccm/taken already exists" in one_line_error(proc)
+
+
+def test_task_id_that_exists(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "echo x > f; git add f; git commit -qm x")
+    assert ccm("exec", "--task", "once", "--cleanup", "--", str(agent), cwd=repo).returncode == 0
+    proc = ccm("exec", "--task", "once", "--", str(agent), cwd=repo)
+    assert proc.returncode == ExitCode.STATE
+    assert "task once already exists" in one_line_error(proc)
+
+
+def test_worktree_path_that_exists(repo: Path) -> None:
+    key = worktree.repo_key(gitmod.discover(repo))
+    squatter = Path(os.environ["CCM_GUARD_HOME"], "worktrees", key, "squat")
+    squatter.mkdir(parents=True)
+    proc = ccm("exec", "--task", "squat", "--", "true", cwd=repo)
+    assert proc.returncode == ExitCode.REPO
+    assert f"{squatter} already exists" in one_line_error(proc)
+    assert git(repo, "for-each-ref", "refs/heads/ccm/") == ""
+
+
+def test_missing_agent_command(repo: Path) -> None:
+    proc = ccm("exec", "--", "no-such-agent-xyz", "--flag", cwd=repo)
+    assert proc.returncode == ExitCode.NOT_FOUND == 127
+    assert "'no-such-agent-xyz' not found on PATH" in one_line_error(proc)
+    assert_nothing_left(repo)
+
+
+def test_agent_path_not_executable(repo: Path, tmp_path: Path) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    proc = ccm("exec", "--", str(script), cwd=repo)
+    assert proc.returncode == ExitCode.NOT_EXECUTABLE == 126
+    assert "chmod +x" in one_line_error(proc)
+    assert_nothing_left(repo)
+
+
+def test_missing_command_is_a_usage_error(repo: Path) -> None:
+    proc = ccm("exec", cwd=repo)
+    assert proc.returncode == ExitCode.USAGE
+
+
+def test_task_id_is_sanitised_into_a_safe_name(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "echo x > f; git add f; git commit -qm x")
+    proc = ccm("exec", "--json", "--task", "../../evil; rm -rf ~ $(id)", "--", str(agent), cwd=repo)
+    v = json.loads(proc.stdout)
+    assert proc.returncode == 0
+    assert v["task"] == "evil-rm-rf-id"
+    assert v["branch"] == "ccm/evil-rm-rf-id"
+    assert Path(v["worktree"]).parent.parent == Path(os.environ["CCM_GUARD_HOME"], "worktrees")
+
+
+def test_not_enough_disk_is_refused_before_anything_is_made(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.statvfs
+
+    def tiny(path: str) -> os.statvfs_result:
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 1, 1, st.f_files,
+                                  st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
+
+    opts = guard.ExecOptions(command=["true"], start=repo, terminal=False)
+    with monkeypatch.context() as patch, pytest.raises(RepoError, match="not enough disk space for the checkout"):
+        patch.setattr(os, "statvfs", tiny)
+        guard.exec_task(opts, Registry())
+    assert_nothing_left(repo)
+
+
+def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git is interrupted half-way through `worktree add`, then ccm-guard gets the Ctrl-C."""
+    for i in range(400):
+        (repo / f"bulk/{i:03}.txt").parent.mkdir(exist_ok=True)
+        (repo / f"bulk/{i:03}.txt").write_text(f"{i}\n" * 50)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "bulk")
+    common = Path(git(repo, "rev-parse", "--absolute-git-dir"))
+
+    def interrupted_add(host: gitmod.Repo, path: Path, branch: str, base: str) -> None:
+        argv = [gitmod.binary(), *gitmod.HARDENING, "worktree", "add", "-b", branch, str(path), base]
+        proc = subprocess.Popen(argv, env=gitmod.environment(host), cwd="/")
+        while not (common / "worktrees").exists() and proc.poll() is None:
+            pass
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise KeyboardInterrupt
+
+    opts = guard.ExecOptions(command=["true"], start=repo, task="halfway", terminal=False)
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(gitmod, "worktree_add", interrupted_add)
+        guard.exec_task(opts, Registry())
+    assert_nothing_left(repo)

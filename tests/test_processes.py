@@ -1,0 +1,137 @@
+"""The runner: leftovers, timeouts, signals, the pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, git, run_exec, write_agent
+
+COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_background_writer_is_killed_and_reported(repo: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    agent = write_agent(tmp_path, f"""{COMMIT}
+(while true; do date >> "$HOME/bg.log"; sleep 0.05; done) &
+echo $! > {pidfile}""")
+    res = run_exec(repo, agent)
+    pid = int(pidfile.read_text())
+    assert res.code == 1
+    assert res.status("processes") == "fail"
+    assert any(f"pid {pid}" in p for f in res.gate("processes")["findings"] for p in f["paths"])
+    assert not alive(pid)
+
+
+def test_setsid_double_fork_with_cleared_environment_is_still_found(repo: Path, tmp_path: Path) -> None:
+    """Outside the process group, without the marker variable, with its cwd elsewhere."""
+    pidfile = tmp_path / "daemon.pid"
+    agent = write_agent(tmp_path, f"""{COMMIT}
+setsid -f sh -c 'echo $$ > {pidfile}; cd /; exec env -i sleep 300' < /dev/null > /dev/null 2>&1
+while [ ! -s {pidfile} ]; do sleep 0.02; done""")
+    res = run_exec(repo, agent)
+    pid = int(pidfile.read_text())
+    assert res.status("processes") == "fail"
+    assert not alive(pid)
+
+
+def test_process_that_edits_after_the_agent_exits_is_stopped_before_the_gates(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+nohup sh -c 'sleep 0.5; echo late > late.txt' > /dev/null 2>&1 &""")
+    res = run_exec(repo, agent)
+    time.sleep(1)
+    assert res.status("processes") == "fail"
+    assert not (Path(res.verdict["worktree"]) / "late.txt").exists()
+
+
+def test_timeout_stops_the_whole_group(repo: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    agent = write_agent(tmp_path, f"sleep 300 & echo $! > {pidfile}; wait")
+    start = time.monotonic()
+    res = run_exec(repo, agent, "--timeout", "1", "--grace", "0.5", "--no-require-commit")
+    assert time.monotonic() - start < 20
+    assert res.code == 4
+    assert res.verdict["agent"]["timed_out"] is True
+    assert res.verdict["outcome"] == "agent-timed-out"
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_agent_ignoring_term_is_killed_after_the_grace_period(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "trap '' TERM; while true; do sleep 0.1; done")
+    res = run_exec(repo, agent, "--timeout", "0.5", "--grace", "0.5", "--no-require-commit")
+    assert res.code == 4
+    assert res.verdict["agent"]["signal"] == signal.SIGKILL
+
+
+def test_sigint_to_ccm_guard_stops_the_agent_and_still_judges(repo: Path, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    agent = write_agent(tmp_path, f"touch {started}; sleep 300")
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--grace", "0.5", "--", str(agent)],
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    while not started.exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    verdict = json.loads(out)
+    assert verdict["agent"]["interrupted"] is True
+    assert Path(verdict["worktree"]).exists()  # kept for inspection
+
+
+def test_terminal_agent_gets_a_pty_with_the_callers_window_size(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, """tty; stty size; printf 'colour: \\033[31mred\\033[0m\\n'""")
+    pid, master = pty.fork()
+    if pid == 0:  # the child: ccm-guard on a terminal
+        os.chdir(repo)
+        os.execvpe(sys.executable, [sys.executable, "-m", "ccm_guard", "exec", "--no-require-commit", "--",
+                                    str(agent)], {**os.environ, "PYTHONPATH": str(ROOT)})
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 37, 101, 0, 0))
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    _, status = os.waitpid(pid, 0)
+    out = b"".join(chunks).decode("utf-8", "replace")
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    assert "/dev/pts/" in out
+    assert "37 101" in out
+    assert "\x1b[31mred" in out  # colours pass through untouched
+    assert "(terminal)" in out
+    logs = list(Path(os.environ["CCM_GUARD_HOME"], "logs").glob("*/*/agent.pty.log"))
+    assert logs and "37 101" in logs[0].read_text()
+
+
+def test_stdout_and_stderr_are_passed_through_and_logged(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "echo to-out; echo to-err >&2")
+    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "exec", "--no-require-commit", "--", str(agent)],
+                          cwd=repo, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.stdout.startswith("to-out\n")
+    assert "to-err" in proc.stderr
+    log_dir = Path(os.environ["CCM_GUARD_HOME"], "logs")
+    assert [p.read_text() for p in log_dir.glob("*/*/agent.stdout.log")] == ["to-out\n"]
+    assert [p.read_text() for p in log_dir.glob("*/*/agent.stderr.log")] == ["to-err\n"]
+    assert git(repo, "status", "--porcelain") == ""
