@@ -25,7 +25,6 @@ _DANGEROUS = re.compile(
       | diff\.external | diff\.\*\.(textconv|command)
       | difftool\.\*\.cmd | mergetool\.\*\.cmd | merge\.\*\.driver
       | filter\.\*\.(clean|smudge|process)
-      | alias\.\*
       | credential\.helper | credential\.\*\.helper
       | include\.path | includeif\.\*\.path
       | gpg\.program | gpg\.\*\.program
@@ -51,11 +50,14 @@ def generic_key(key: str) -> str:
     return key.lower()
 
 
+# An alias runs a shell with "!", and may carry git's global options that run code.
+_DANGEROUS_ALIAS = re.compile(r"^\s*!|(^|\s)(-c|--config-env|--exec-path|--git-dir|--work-tree)(\s|=|$)")
+
+
 def is_dangerous(key: str, value: str) -> bool:
-    generic = generic_key(key)
-    if generic == "alias.*":
-        return value.lstrip().startswith("!")  # a shell alias runs anything
-    return bool(_DANGEROUS.match(generic))
+    if key.lower().startswith("alias."):
+        return bool(_DANGEROUS_ALIAS.search(value))
+    return bool(_DANGEROUS.match(generic_key(key)))
 
 
 @dataclasses.dataclass(frozen=True)

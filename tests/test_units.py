@@ -1,0 +1,175 @@
+"""Small pieces on their own: config keys, object checks, refs, classification, rendering."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from pathlib import Path
+
+import pytest
+
+from ccm_guard import configfile, git, objects, report, snapshot, worktree
+from ccm_guard.delta import Owner, classify
+from ccm_guard.errors import GitError, StateError, UsageError
+from ccm_guard.guard import ExecOptions, exec_task
+from ccm_guard.registry import Registry
+from conftest import git as gitcmd
+
+
+@pytest.mark.parametrize("key, value, dangerous", [
+    ("core.hooksPath", "/x", True),
+    ("CORE.FSMONITOR", "x", True),
+    ("core.sshCommand", "ssh -i k", True),
+    ("filter.lfs.clean", "git-lfs clean", True),
+    ("filter.Weird.Name.smudge", "x", True),
+    ("merge.ours.driver", "true", True),
+    ("diff.pdf.textconv", "pdftotext", True),
+    ("alias.st", "status", False),
+    ("alias.pwn", "!sh -c 'id'", True),
+    ("alias.lg", "-c core.pager=evil log", True),
+    ("includeIf.gitdir:/x/.path", "/tmp/inc", True),
+    ("credential.https://example.com.helper", "store", True),
+    ("uploadpack.packObjectsHook", "x", True),
+    ("user.name", "Mallory", False),
+    ("core.autocrlf", "true", False),
+    ("remote.origin.url", "ext::sh -c id", True),
+])
+def test_dangerous_keys(key: str, value: str, dangerous: bool) -> None:
+    assert configfile.is_dangerous(key, value) is dangerous
+
+
+def test_config_diff_key_by_key() -> None:
+    before = b"[core]\n\tbare = false\n[user]\n\tname = A\n"
+    after = b"[core]\n\tbare = false\n\thooksPath = /tmp/h\n[user]\n\tname = B\n[alias]\n\tx = !id\n"
+    changes = {c.key: c for c in configfile.diff(before, after)}
+    assert set(changes) == {"core.hookspath", "user.name", "alias.x"}
+    assert changes["core.hookspath"].dangerous and changes["alias.x"].dangerous
+    assert not changes["user.name"].dangerous
+    assert changes["user.name"].describe() == "user.name: 'A' -> 'B'"
+
+
+def test_unparseable_config_is_one_dangerous_change() -> None:
+    (change,) = configfile.diff(b"[core]\n", b"[core\n\tbroken")
+    assert change.dangerous and change.key == "(unparseable config)"
+
+
+def test_include_targets_are_resolved_relative_to_the_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    data = b"[include]\n\tpath = extra.inc\n[includeIf \"gitdir:/x/\"]\n\tpath = /abs/other\n"
+    assert configfile.include_targets(cfg, data) == [tmp_path / "extra.inc", Path("/abs/other")]
+    assert configfile.include_targets(cfg, b"[core]\n\tbare = false\n") == []
+
+
+def _loose(objects_dir: Path, payload: bytes) -> Path:
+    raw = b"blob %d\0" % len(payload) + payload
+    oid = hashlib.sha1(raw).hexdigest()
+    path = objects_dir / oid[:2] / oid[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(zlib.compress(raw))
+    return path
+
+
+def test_object_freshening_is_not_a_change_but_a_rewrite_is(tmp_path: Path) -> None:
+    objs = tmp_path / "objects"
+    path = _loose(objs, b"hello\n")
+    before = objects.inventory(objs)
+    os.utime(path, ns=(1, 1))  # what git's freshening does
+    assert objects.compare(objs, before, objects.inventory(objs)).altered == []
+    forged = zlib.compress(b"blob 6\0evil!\n")
+    path.write_bytes(forged)
+    delta = objects.compare(objs, before, objects.inventory(objs))
+    assert delta.altered == [f"{path.parent.name}/{path.name}"]
+    path.unlink()
+    assert objects.compare(objs, before, objects.inventory(objs)).removed == [f"{path.parent.name}/{path.name}"]
+
+
+def test_pack_checksum_is_verified(tmp_path: Path) -> None:
+    pack = tmp_path / "pack" / "pack-x.pack"
+    pack.parent.mkdir()
+    body = b"PACK" + b"\0" * 40
+    pack.write_bytes(body + hashlib.sha1(body).digest())
+    assert objects.verify(pack, pack.stat().st_size)
+    pack.write_bytes(b"PACK" + b"\1" * 40 + hashlib.sha1(body).digest())
+    assert not objects.verify(pack, pack.stat().st_size)
+
+
+def test_refs_are_read_from_packed_and_loose_files_with_their_type(tmp_path: Path) -> None:
+    common = tmp_path
+    (common / "refs/heads").mkdir(parents=True)
+    (common / "packed-refs").write_text("# pack-refs with: peeled\n" + "a" * 40 + " refs/heads/old\n"
+                                        + "b" * 40 + " refs/tags/v1\n^" + "c" * 40 + "\n")
+    (common / "refs/heads/old").write_text("d" * 40 + "\n")  # loose wins
+    (common / "refs/heads/sym").write_text("ref: refs/heads/main\n")
+    os.symlink("elsewhere", common / "refs/heads/link")
+    refs = snapshot.read_refs(common)
+    assert refs == {"refs/heads/old": "d" * 40, "refs/tags/v1": "b" * 40,
+                    "refs/heads/sym": "ref: refs/heads/main", "refs/heads/link": "symlink: elsewhere"}
+
+
+@pytest.mark.parametrize("key, owner", [
+    ("common/worktrees/t1/index", Owner.OWN),
+    ("common/worktrees/t1/logs/HEAD", Owner.OWN),
+    ("common/worktrees/t1/MERGE_HEAD", Owner.IN_PROGRESS),
+    ("common/worktrees/t1/rebase-merge/git-rebase-todo", Owner.IN_PROGRESS),
+    ("common/worktrees/t1/config.worktree", Owner.CONTROL),
+    ("common/worktrees/t1/commondir", Owner.CONTROL),
+    ("common/worktrees/other/index", Owner.OTHER_WORKTREE),
+    ("common/worktrees/other/gitdir", Owner.CONTROL),
+    ("common/index", Owner.MAIN),
+    ("common/HEAD", Owner.MAIN),
+    ("common/MERGE_HEAD", Owner.MAIN),
+    ("common/logs/refs/heads/main", Owner.REFLOG),
+    ("common/config", Owner.CONTROL),
+    ("common/hooks/pre-commit", Owner.CONTROL),
+    ("common/info/exclude", Owner.CONTROL),
+    ("common/objects/info/alternates", Owner.CONTROL),
+    ("pointer", Owner.CONTROL),
+])
+def test_changes_are_classified_by_owner(key: str, owner: Owner) -> None:
+    pins = snapshot.Pins(Path("/wt/t1"), Path("/repo/.git/worktrees/t1"), Path("/repo/.git"), "ccm/t1")
+    assert classify(key, "modified", pins, "common/") is owner
+
+
+def test_control_characters_and_bidi_overrides_are_escaped() -> None:
+    assert report.safe("ok\x1b[2Jgone\u202eevil\n") == "ok\\x1b[2Jgone\\u202eevil\\x0a"
+    assert report.safe("plain/path.py") == "plain/path.py"
+
+
+@pytest.mark.parametrize("raw, clean", [
+    ("fix-login", "fix-login"),
+    ("a b/c", "a-b-c"),
+    ("..hidden", "hidden"),
+    ("x.lock", "x-lock"),
+    ("ünïcode", "n-code"),
+])
+def test_task_ids_are_sanitised(raw: str, clean: str) -> None:
+    assert worktree.sanitise_task_id(raw) == clean
+
+
+def test_task_id_with_nothing_usable_is_refused() -> None:
+    with pytest.raises(UsageError, match="no usable characters"):
+        worktree.sanitise_task_id("///")
+
+
+def test_illegal_lifecycle_transition_is_refused(repo: Path) -> None:
+    registry = Registry()
+    exec_task(ExecOptions(command=["true"], start=repo, task="life", terminal=False, require_commit=False), registry)
+    assert registry.get("life").status == "COMMITTED"
+    with pytest.raises(StateError, match="cannot go from COMMITTED to PENDING"):
+        registry.move("life", "PENDING")
+
+
+def test_failing_disk_during_worktree_add_leaves_nothing(repo: Path, fp) -> None:  # type: ignore[no-untyped-def]
+    """git reports ENOSPC half-way: the error names git's own words, nothing is left behind."""
+    fp.allow_unregistered(True)
+    fp.keep_last_process(True)
+    fp.register([git.binary(), fp.any(min=1), "worktree", "add", fp.any()],
+                stderr="fatal: could not create leading directories of '/x/.git': No space left on device\n",
+                returncode=128)
+    registry = Registry()
+    with pytest.raises(GitError, match="No space left on device"):
+        exec_task(ExecOptions(command=["true"], start=repo, task="enospc", terminal=False), registry)
+    assert registry.list(live_only=False) == []
+    assert list(Path(os.environ["CCM_GUARD_HOME"]).glob("worktrees/*/enospc")) == []
+    assert gitcmd(repo, "for-each-ref", "refs/heads/ccm/") == ""
