@@ -130,8 +130,8 @@ def refs_untouched(ctx: Context) -> list[Finding]:
     checked_out = _checked_out_branches(ctx)
     findings = []
     for rc in ctx.delta.refs:
-        if rc.ref in others and _plain(rc.after) and _plain(rc.before):
-            continue  # another task's own work; its gates judge it
+        if rc.ref in others and (rc.after is None or _plain(rc.after)):
+            continue  # another task's branch made, moved or removed by its own run; its gates judge it
         if rc.ref == own and _plain(rc.after):
             continue
         if rc.after is not None and not _plain(rc.after):

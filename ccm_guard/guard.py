@@ -94,10 +94,12 @@ def judge(
     after = snapshot(pins)
     main_git_dir = Path(task.main_git_dir)
     delta = compare(before, after, pins, main_git_dir)
+    # Other tasks' worktrees, including ones still being created (git names the admin
+    # dir after the worktree's directory until it has to pick another name).
     others = {
-        Path(t.admin_dir).name: f"refs/heads/{t.branch}"
+        Path(t.admin_dir or t.worktree).name: f"refs/heads/{t.branch}"
         for t in registry.list(repo=task.repo, live_only=False)
-        if t.id != task.id and t.admin_dir
+        if t.id != task.id
     }
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     ctx = gates.Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers)

@@ -135,17 +135,18 @@ def test_concurrent_person_work_in_main_is_a_warning_not_a_failure(repo: Path, t
     assert "README.md" in touched
 
 
-def test_two_agents_at_once_on_one_repository_both_pass(repo: Path, tmp_path: Path) -> None:
+def test_four_agents_at_once_on_one_repository_all_pass(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"sleep 0.5\n{COMMIT.replace('$1', '$CCM_GUARD_TASK')}")
     procs = [
         subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--task", f"par{i}", "--", str(agent)],
                          cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-        for i in range(2)
+        for i in range(4)
     ]
     results = [p.communicate(timeout=60) for p in procs]
     for proc, (out, err) in zip(procs, results):
         assert proc.returncode == 0, out + err
-    assert git(repo, "rev-parse", "ccm/par0") != git(repo, "rev-parse", "ccm/par1")
+    heads = {git(repo, "rev-parse", f"ccm/par{i}") for i in range(4)}
+    assert len(heads) == 4
 
 
 def test_on_fail_discard_archives_everything_then_removes(repo: Path, tmp_path: Path) -> None:
