@@ -189,7 +189,8 @@ def git_metadata(ctx: Context) -> list[Finding]:
             findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
         elif change.owner is Owner.OTHER_WORKTREE:
             findings.append(Finding("git-metadata", f"{where} {change.change} in another worktree (yours?)", (where,), WARN))
-        elif change.owner is Owner.REFLOG and not _ref_changed(ctx, change.key[len("common/logs/"):]):
+        elif change.owner is Owner.REFLOG and not _is_dir(ctx, change.key) \
+                and not _ref_changed(ctx, change.key[len("common/logs/"):]):
             findings.append(Finding("git-metadata", f"reflog {where} was rewritten but its ref did not move", (where,)))
     head = ctx.after.contents.get(f"common/worktrees/{ctx.pins.admin_name}/HEAD", b"").decode("utf-8", "replace").strip()
     if head != f"ref: {ctx.pins.branch_ref}":
@@ -200,6 +201,11 @@ def git_metadata(ctx: Context) -> list[Finding]:
     if objs.removed:
         findings.append(Finding("git-metadata", f"{len(objs.removed)} existing object file(s) were removed", tuple(objs.removed)))
     return findings
+
+
+def _is_dir(ctx: Context, key: str) -> bool:
+    entry = ctx.after.files.get(key) or ctx.before.files.get(key)
+    return entry is not None and entry.kind == "d"
 
 
 def _ref_changed(ctx: Context, ref: str) -> bool:

@@ -86,7 +86,10 @@ def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
     files: dict[str, Entry] = {}
     contents: dict[str, bytes] = {}
     common = pins.common_dir
+    own = f"worktrees/{pins.admin_name}/"
     for rel, entry, data in _walk(common, skip_top=_SKIP_TOP):
+        if rel.endswith(".lock") and not rel.startswith(own):
+            continue  # another git process at work right now; only the task's own locks are its doing
         key = f"common/{rel}"
         files[key] = entry
         if data is not None and _is_config(rel):
@@ -183,6 +186,8 @@ def read_refs(common: Path) -> dict[str, str]:
         sha, _, name = line.partition(" ")
         refs[name] = sha
     for rel, entry, data in _walk(common / "refs"):
+        if rel.endswith(".lock"):
+            continue  # a ref update in flight, not a ref (git reads them the same way)
         name = f"refs/{rel}"
         if entry.kind == "l":
             refs[name] = f"symlink: {entry.digest}"
