@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from . import git
+from .errors import GitError
 
 # Matched against the lower-cased key with the subsection removed ("filter.<x>.clean"
 # becomes "filter.*.clean"); subsections are the one case-sensitive part of a key.
@@ -106,7 +107,7 @@ def diff(before: bytes | None, after: bytes | None) -> list[ConfigChange]:
     try:
         old = _by_key(entries(before)) if before is not None else {}
         new = _by_key(entries(after)) if after is not None else {}
-    except git.GitError as exc:
+    except GitError as exc:
         return [ConfigChange("(unparseable config)", (), (exc.message,), True)]
     changes = []
     for key in sorted(set(old) | set(new)):

@@ -12,6 +12,7 @@ import functools
 from typing import Callable, Mapping, TypeVar
 
 from . import configfile, git
+from .errors import UntrustedRepoError
 from .delta import Delta, Owner, RefChange
 from .snapshot import Pins, Snapshot
 
@@ -247,7 +248,7 @@ T = TypeVar("T")
 def _git(call: Callable[[], T]) -> T:
     try:
         return call()
-    except git.UntrustedRepoError as exc:
+    except UntrustedRepoError as exc:
         raise Skipped(exc.message) from exc
 
 Gate = Callable[[Context], list[Finding]]

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from . import configfile, gates, git, processes, runner, worktree
 from .delta import compare
-from .errors import RepoError, StateError
+from .errors import GitError, RepoError, StateError, UntrustedRepoError
 from .registry import Registry, Task
 from .report import Verdict
 from .snapshot import Pins, Snapshot, take
@@ -117,7 +117,7 @@ def judge(
         try:
             commits = [(c, git.commit_subject(ctx.repo, c)) for c in git.rev_list(ctx.repo, task.base, head)]
             files = git.numstat(ctx.repo, task.base, head)
-        except git.GitError as exc:
+        except GitError as exc:
             errors.append(exc.message)
     return Verdict(
         task=task.id, branch=task.branch, base=task.base, head=head, repo=task.main_worktree,
@@ -135,14 +135,14 @@ def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: g
         trusted = not verdict.errors
         try:
             if not trusted:
-                raise git.UntrustedRepoError("repository metadata was tampered with")
+                raise UntrustedRepoError("repository metadata was tampered with")
             repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
             head = verdict.head or task.base
             verdict.archive = worktree.archive(repo, host, task.id, task.base, head)
             worktree.remove(host, pins, verdict.head)
             registry.move(task.id, "CLEANED_UP" if passed else "DISCARDED")
             verdict.disposition = "removed after archiving" if verdict.archive else "removed (no work to keep)"
-        except git.GitError as exc:
+        except GitError as exc:
             verdict.disposition = "kept: could not archive, so nothing was removed"
             verdict.errors.append(exc.message)
     verdict.next_steps = next_steps(verdict, task)

@@ -99,12 +99,12 @@ def render(v: Verdict) -> str:
     lines.append("  gates:")
     for g in v.gates:
         lines.append(f"    {g.status.upper():7} {g.name}" + (f": {safe(g.note)}" if g.note else ""))
-        for f in g.findings:
-            lines.append(f"      {'x' if f.severity == 'fail' else '!'} {safe(f.reason)}")
-            shown = f.paths[:MAX_PATHS]
+        for finding in g.findings:
+            lines.append(f"      {'x' if finding.severity == 'fail' else '!'} {safe(finding.reason)}")
+            shown = finding.paths[:MAX_PATHS]
             lines.extend(f"          {safe(p)}" for p in shown)
-            if len(f.paths) > len(shown):
-                lines.append(f"          ... and {len(f.paths) - len(shown)} more")
+            if len(finding.paths) > len(shown):
+                lines.append(f"          ... and {len(finding.paths) - len(shown)} more")
     for err in v.errors:
         lines.append(f"  error: {safe(err)}")
     lines.append(f"  worktree: {v.worktree} ({v.disposition})")

@@ -24,7 +24,7 @@ import termios
 import time
 import tty
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import BinaryIO, Iterator, Mapping
 
 from . import processes
 from .errors import AgentNotExecutable, AgentNotFound
@@ -147,12 +147,12 @@ def _must_stop(proc: subprocess.Popen[bytes], deadline: float | None, stop: _Sto
 
 def _run_pipes(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
-    deadline: float | None, grace: float, stop: _Stop, echo_out: "object",
+    deadline: float | None, grace: float, stop: _Stop, echo_out: BinaryIO,
 ) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
     out_log, err_log = log_dir / "agent.stdout.log", log_dir / "agent.stderr.log"
     proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
-    sinks = {
+    sinks: dict[int, tuple[BinaryIO, BinaryIO]] = {
         proc.stdout.fileno(): (open(out_log, "wb"), echo_out),
         proc.stderr.fileno(): (open(err_log, "wb"), sys.stderr.buffer),
     }
@@ -177,8 +177,8 @@ def _run_pipes(
                 log.write(data)
                 log.flush()
                 with contextlib.suppress(OSError, ValueError):
-                    echo.write(data)  # type: ignore[attr-defined]
-                    echo.flush()  # type: ignore[attr-defined]
+                    echo.write(data)
+                    echo.flush()
     finally:
         for log, _ in sinks.values():
             log.close()
@@ -227,7 +227,7 @@ def _run_pty(
 
 
 def _proxy(
-    proc: subprocess.Popen[bytes], master: int, stdin: int, log: "object",
+    proc: subprocess.Popen[bytes], master: int, stdin: int, log: BinaryIO,
     deadline: float | None, grace: float, stop: _Stop,
 ) -> bool:
     timed_out = False
@@ -243,7 +243,7 @@ def _proxy(
             data = _read(master)
             if not data:
                 break
-            log.write(data)  # type: ignore[attr-defined]
+            log.write(data)
             os.write(sys.stdout.fileno(), data)
         if stdin in ready:
             data = os.read(stdin, 4096)

@@ -16,7 +16,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from . import objects
 
@@ -115,7 +115,7 @@ def _is_config(rel: str) -> bool:
     return name.startswith("config") or name in ("HEAD", "commondir", "gitdir")
 
 
-def _walk(root: Path, skip_top: set[str] = frozenset()) -> Iterator[tuple[str, Entry, bytes | None]]:  # type: ignore[assignment]
+def _walk(root: Path, skip_top: Collection[str] = ()) -> Iterator[tuple[str, Entry, bytes | None]]:
     """Every entry below `root`, without following symlinks, as (relative path, entry, bytes)."""
     stack = [("", root)]
     while stack:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import git
-from .errors import RepoError, UsageError
+from .errors import GitError, RepoError, UsageError
 from .registry import Registry, Task, home
 from .snapshot import Pins
 
@@ -176,7 +176,7 @@ def _undo_create(host: git.Repo, p: Plan) -> None:
     ref = f"refs/heads/{p.branch}"
     if git.ref_exists(host, ref):
         git.delete_ref(host, ref, p.base)
-    with contextlib.suppress(git.GitError):
+    with contextlib.suppress(GitError):
         git.worktree_prune(host)
     with contextlib.suppress(OSError):
         p.worktree.parent.rmdir()
