@@ -209,8 +209,10 @@ def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, 
         base = git.run(["merge-base", head, target], repo).out.strip()
     branch = (None if reason else git.symbolic_head(repo)) or "HEAD"
     pins = Pins(found.toplevel, found.git_dir, found.common_dir, branch.removeprefix("refs/heads/"))
+    # No snapshot was taken before: the gates see the head and nothing else.
     empty = Snapshot({}, {}, {}, {}, 0.0)
-    ctx = gates.Context(pins, repo, base or "", empty, empty, compare(empty, empty, pins, found.git_dir), None, None, {})
+    now = Snapshot({}, {}, {pins.branch_ref: head} if head else {}, {}, 0.0)
+    ctx = gates.Context(pins, repo, base or "", empty, now, compare(empty, empty, pins, found.git_dir), None, None, {})
     names = ["clean-tree"] + ([] if read_only or not require_commit or base_ref is None else ["new-commit"])
     results = gates.run_gates(ctx, names)
     if reason:

@@ -1,0 +1,71 @@
+"""`ccm-guard audit`: the gates again on a finished worktree."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import ccm, git, run_exec, write_agent
+
+COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
+
+
+def audit(*args: str, cwd: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
+    proc = ccm("audit", "--json", *args, cwd=cwd)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def statuses(verdict: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    return {g["name"]: g["status"] for g in verdict["gates"]}
+
+
+def test_audit_of_a_task_compares_against_the_recorded_snapshot(repo: Path, tmp_path: Path) -> None:
+    res = run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "aud")
+    assert res.code == 0
+    code, verdict = audit("aud", cwd=repo)
+    assert code == 0 and statuses(verdict)["git-metadata"] == "pass"
+
+    # Afterwards something plants a hook and leaves a file in the worktree.
+    hooks = repo / ".git/hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "pre-push").write_text("#!/bin/sh\n")
+    (Path(res.verdict["worktree"]) / "later.txt").write_text("x")
+    code, verdict = audit("aud", cwd=repo)
+    assert code == 1
+    assert statuses(verdict)["git-metadata"] == "fail"
+    assert statuses(verdict)["clean-tree"] == "fail"
+
+    # The same task found from a path inside its worktree.
+    code, by_path = audit(cwd=Path(res.verdict["worktree"]))
+    assert by_path["task"] == "aud" and code == 1
+
+
+def test_audit_of_a_foreign_worktree_uses_the_merge_base(repo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(other))
+    code, verdict = audit(str(other), "--base", "main", cwd=repo)
+    assert code == 1 and statuses(verdict) == {"clean-tree": "pass", "new-commit": "fail"}
+
+    git(other, "commit", "-q", "--allow-empty", "-m", "work")
+    (other / "stray.txt").write_text("x")
+    code, verdict = audit(str(other), "--base", "main", cwd=repo)
+    assert statuses(verdict) == {"clean-tree": "fail", "new-commit": "pass"}
+    assert verdict["base"] == git(repo, "rev-parse", "main")
+
+
+def test_audit_refuses_to_run_git_where_config_would_run_code(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    git(repo, "config", "filter.evil.clean", f"sh -c 'touch {marker}; cat'")
+    (repo / ".gitattributes").write_text("* filter=evil\n")
+    (repo / "README.md").write_text("changed\n")
+    code, verdict = audit(str(repo), "--base", "main", cwd=repo)
+    assert code == 1
+    assert statuses(verdict)["clean-tree"] == "skipped"
+    assert "filter.evil.clean" in verdict["gates"][-1]["findings"][0]["reason"]
+    assert not marker.exists()
+
+
+def test_audit_of_an_unknown_task_or_path(tmp_path: Path) -> None:
+    proc = ccm("audit", "no-such-task", cwd=tmp_path)
+    assert proc.returncode == 5
+    assert "not a directory" in proc.stderr or "not in a git repository" in proc.stderr
