@@ -53,9 +53,10 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         "CCM_GUARD_WORKTREE": str(pins.worktree), marker.split("=", 1)[0]: marker.split("=", 1)[1],
     })
     processes.become_subreaper()
+    since = processes.now_ticks()
     agent = runner.run(command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
                        opts.terminal, echo_stdout_to_stderr=opts.json_stdout)
-    leftovers = processes.stop(marker, pins.worktree)
+    leftovers = processes.stop(marker, pins.worktree, since)
 
     verdict = judge(task, pins, before, main_before, registry, opts.read_only, opts.require_commit,
                     tuple(p.describe() for p in leftovers))

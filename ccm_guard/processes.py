@@ -3,9 +3,11 @@
 An agent's children may call `setsid`, double-fork, `nohup` or clear their environment
 to outlive the run. ccm-guard makes itself a child subreaper (prctl), so every orphan
 of the agent is re-parented to ccm-guard instead of init: after the agent exits, any
-descendant of ccm-guard is the agent's. Processes carrying the run's marker variable or
-sitting with their cwd in the worktree are added for good measure (a daemon started
-through another service escapes the tree, not always the marker or the cwd).
+descendant of ccm-guard is the agent's. Processes carrying the run's marker variable,
+sitting with their cwd in the worktree or holding a file there open are added for good
+measure (a daemon started through another service escapes the tree, not always these).
+No cgroup: this machine's hierarchy is a v1/v2 hybrid that an unprivileged user cannot
+delegate; the subreaper needs no privilege.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Proc:
     ppid: int
     state: str
     cmdline: str
+    started: int  # clock ticks after boot
 
     def describe(self) -> str:
         return f"pid {self.pid}: {self.cmdline[:120]}"
@@ -48,7 +51,14 @@ def _stat(pid: int) -> Proc | None:
         return None
     # The command name sits in parentheses and may itself contain ") ".
     rest = raw[raw.rindex(")") + 2:].split()
-    return Proc(pid, int(rest[1]), rest[0], cmd or raw[raw.index("(") + 1: raw.rindex(")")])
+    name = raw[raw.index("(") + 1: raw.rindex(")")]
+    return Proc(pid, int(rest[1]), rest[0], cmd or name, int(rest[19]))
+
+
+def now_ticks() -> int:
+    """The current time in the unit of /proc/<pid>/stat's start time."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return int(uptime * os.sysconf("SC_CLK_TCK"))
 
 
 def _all() -> dict[int, Proc]:
@@ -76,8 +86,27 @@ def _cwd_inside(pid: int, root: str) -> bool:
     return cwd == root or cwd.startswith(root + "/")
 
 
-def leftovers(marker: str, worktree: Path) -> list[Proc]:
-    """Live processes that belong to the run: our descendants, marked ones, ones in the worktree."""
+def _fd_inside(pid: int, root: str) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target == root or target.startswith(root + "/"):
+            return True
+    return False
+
+
+def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
+    """Live processes that belong to the run: our descendants, marked ones, ones in the worktree.
+
+    A process found only by its cwd or open files counts if it started after the agent
+    (`since`, in clock ticks): the person's own shell or editor in the worktree is not killed.
+    """
     me = os.getpid()
     procs = _all()
     children: dict[int, list[int]] = {}
@@ -93,29 +122,33 @@ def leftovers(marker: str, worktree: Path) -> list[Proc]:
     wanted = marker.encode()
     root = os.path.realpath(worktree)
     for pid in procs:
-        if pid != me and pid not in found and (_has_marker(pid, wanted) or _cwd_inside(pid, root)):
+        if pid == me or pid in found:
+            continue
+        if _has_marker(pid, wanted) or (
+            procs[pid].started >= since and (_cwd_inside(pid, root) or _fd_inside(pid, root))
+        ):
             found.add(pid)
     return sorted((procs[p] for p in found if procs[p].state != "Z"), key=lambda p: p.pid)
 
 
-def stop(marker: str, worktree: Path, grace: float = 1.0) -> list[Proc]:
+def stop(marker: str, worktree: Path, since: int, grace: float = 1.0) -> list[Proc]:
     """Stop everything the run left behind: TERM, a grace period, then freeze and KILL.
 
     Freezing with SIGSTOP before SIGKILL keeps a forking process from outrunning us.
     Returns what was found at first (the report), with zombies reaped.
     """
-    first = leftovers(marker, worktree)
+    first = leftovers(marker, worktree, since)
     if not first:
         reap()
         return []
     for proc in first:
         _signal(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and leftovers(marker, worktree):
+    while time.monotonic() < deadline and leftovers(marker, worktree, since):
         reap()
         time.sleep(0.05)
     for _ in range(100):
-        remaining = leftovers(marker, worktree)
+        remaining = leftovers(marker, worktree, since)
         if not remaining:
             break
         for proc in remaining:

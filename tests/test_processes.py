@@ -135,3 +135,46 @@ def test_stdout_and_stderr_are_passed_through_and_logged(repo: Path, tmp_path: P
     assert [p.read_text() for p in log_dir.glob("*/*/agent.stdout.log")] == ["to-out\n"]
     assert [p.read_text() for p in log_dir.glob("*/*/agent.stderr.log")] == ["to-err\n"]
     assert git(repo, "status", "--porcelain") == ""
+
+
+def _task_worktree(repo: Path, task: str) -> Path:
+    from ccm_guard import git as gitmod
+    from ccm_guard import worktree
+
+    return Path(os.environ["CCM_GUARD_HOME"], "worktrees", worktree.repo_key(gitmod.discover(repo)), task)
+
+
+def test_the_persons_own_shell_in_the_worktree_is_left_alone(repo: Path, tmp_path: Path) -> None:
+    """A process older than the run that cd's into the worktree is not the agent's."""
+    wt = _task_worktree(repo, "visited")
+    person = subprocess.Popen(["sh", "-c", f"while [ ! -d {wt}/src ]; do sleep 0.02; done; cd {wt}; exec sleep 300"],
+                              env={"PATH": os.environ["PATH"]})
+    try:
+        time.sleep(1.1)  # clearly older than the run, whose clock counts in 1/100 s ticks
+        agent = write_agent(tmp_path, f"while [ \"$(readlink /proc/{person.pid}/cwd)\" != {wt} ]; do sleep 0.02; done\n{COMMIT}")
+        res = run_exec(repo, agent, "--task", "visited")
+        assert res.status("processes") == "pass"
+        assert person.poll() is None
+    finally:
+        person.kill()
+        person.wait()
+
+
+def test_a_process_outside_the_tree_started_during_the_run_in_the_worktree_is_caught(repo: Path, tmp_path: Path) -> None:
+    """As if the agent had a service start it: not our descendant, no marker, cwd in the worktree."""
+    wt = _task_worktree(repo, "escape")
+    started, go = tmp_path / "started", tmp_path / "go"
+    agent = write_agent(tmp_path, f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done\n{COMMIT}")
+    run = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--task", "escape", "--", str(agent)],
+                           cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    while not started.exists():
+        time.sleep(0.02)
+    stray = subprocess.Popen(["sleep", "300"], cwd=wt, env={}, start_new_session=True)
+    go.touch()
+    out, err = run.communicate(timeout=60)
+    verdict = json.loads(out)
+    stray.wait(timeout=10)  # killed by ccm-guard
+    gate = next(g for g in verdict["gates"] if g["name"] == "processes")
+    assert gate["status"] == "fail"
+    assert any(f"pid {stray.pid}" in p for f in gate["findings"] for p in f["paths"])
