@@ -184,6 +184,9 @@ def task_show(task_id: str, as_json: bool) -> None:
     for name in ("id", "status", "branch", "base", "main_worktree", "worktree", "admin_dir", "log_dir"):
         click.echo(f"{name + ':':15} {getattr(t, name)}")
     click.echo(f"{'command:':15} {' '.join(json.loads(t.command))}")
+    if t.abandoned:
+        click.echo(f"{'note:':15} the ccm-guard process that ran this task (pid {t.pid}) is gone; "
+                   f"the worktree is kept: `ccm-guard audit {t.id}` judges it")
     if t.verdict:
         v = json.loads(t.verdict)
         failed = [g["name"] for g in v["gates"] if g["status"] in ("fail", "skipped")]

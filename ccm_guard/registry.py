@@ -72,8 +72,22 @@ class Task:
     baseline: str | None
     verdict: str | None
 
+    @property
+    def abandoned(self) -> bool:
+        """Still marked as running, but the ccm-guard process that ran it is gone."""
+        if self.status not in ("PENDING", "CREATED", "ACTIVE") or self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        data["abandoned"] = self.abandoned
         data["command"] = json.loads(self.command)
         data["verdict"] = json.loads(self.verdict) if self.verdict else None
         return data

@@ -69,3 +69,28 @@ def test_audit_of_an_unknown_task_or_path(tmp_path: Path) -> None:
     proc = ccm("audit", "no-such-task", cwd=tmp_path)
     assert proc.returncode == 5
     assert "not a directory" in proc.stderr or "not in a git repository" in proc.stderr
+
+
+def test_a_task_whose_ccm_guard_was_killed_is_explained_and_auditable(repo: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    started = tmp_path / "started"
+    agent = write_agent(tmp_path, f"{COMMIT}; echo $$ > {started}; exec sleep 300")
+    run = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--task", "killed", "--", str(agent)],
+                           cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    while not started.exists() or not started.read_text().strip():
+        time.sleep(0.02)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    try:
+        shown = ccm("task", "show", "killed", cwd=repo).stdout
+        assert "ACTIVE" in shown and "is gone" in shown
+        code, verdict = audit("killed", cwd=repo)
+        assert statuses(verdict)["new-commit"] == "pass"
+        assert verdict["head"] == git(repo, "rev-parse", "ccm/killed")
+    finally:
+        os.kill(int(started.read_text()), signal.SIGKILL)  # the agent outlived its runner
