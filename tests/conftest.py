@@ -5,6 +5,7 @@ Helpers (plain functions, import them from conftest):
   git(repo, *args)         run git for the test itself (never through ccm-guard)
   write_agent(dir, body)   a /bin/sh agent script ("set -e" + body)
   run_exec(repo, agent)    `python -m ccm_guard exec --json ...` as a real process
+  spawn_exec(repo, *args)  the same in the background (a Popen)
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ def ccm(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None =
         [sys.executable, "-m", "ccm_guard", *args], cwd=cwd, capture_output=True, text=True,
         timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )
+
+
+def spawn_exec(repo: Path, *args: str) -> subprocess.Popen[str]:
+    """`ccm-guard exec ARGS` started in the background, its output captured."""
+    return subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", *args], cwd=repo, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
 
 
 def run_exec(repo: Path, agent: Path | str, *options: str, timeout: float = 60,

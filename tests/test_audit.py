@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import ccm, git, run_exec, write_agent
+from conftest import spawn_exec, ccm, git, run_exec, write_agent
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 
@@ -80,8 +80,7 @@ def test_a_task_whose_ccm_guard_was_killed_is_explained_and_auditable(repo: Path
 
     started = tmp_path / "started"
     agent = write_agent(tmp_path, f"{COMMIT}; echo $$ > {started}; exec sleep 300")
-    run = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--task", "killed", "--", str(agent)],
-                           cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    run = spawn_exec(repo, "--task", "killed", "--", str(agent))
     while not started.exists() or not started.read_text().strip():
         time.sleep(0.02)
     run.send_signal(signal.SIGKILL)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ccm, git, make_repo, run_exec, state_of, write_agent
+from conftest import spawn_exec, ccm, git, make_repo, run_exec, state_of, write_agent
 
 COMMIT = 'echo "$1" > "${2:-work.txt}"; git add -A; git commit -q -m "agent work"'
 
@@ -114,9 +114,7 @@ def test_concurrent_person_work_in_main_is_a_warning_not_a_failure(repo: Path, t
     flag, started = tmp_path / "go", tmp_path / "started"
     agent = write_agent(tmp_path, f"""touch {started}; while [ ! -e {flag} ]; do sleep 0.05; done
 {COMMIT.replace('$1', 'agent')}""")
-    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--", str(agent)],
-                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = spawn_exec(repo, "--json", "--", str(agent))
     while not started.exists():
         time.sleep(0.05)
     (repo / "mine.txt").write_text("person\n")
@@ -138,8 +136,7 @@ def test_concurrent_person_work_in_main_is_a_warning_not_a_failure(repo: Path, t
 def test_four_agents_at_once_on_one_repository_all_pass(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"sleep 0.5\n{COMMIT.replace('$1', '$CCM_GUARD_TASK')}")
     procs = [
-        subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--task", f"par{i}", "--", str(agent)],
-                         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        spawn_exec(repo, "--json", "--task", f"par{i}", "--", str(agent))
         for i in range(4)
     ]
     results = [p.communicate(timeout=60) for p in procs]

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, git, run_exec, write_agent
+from conftest import spawn_exec, ROOT, git, run_exec, write_agent
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 
@@ -80,9 +80,7 @@ def test_agent_ignoring_term_is_killed_after_the_grace_period(repo: Path, tmp_pa
 def test_sigint_to_ccm_guard_stops_the_agent_and_still_judges(repo: Path, tmp_path: Path) -> None:
     started = tmp_path / "started"
     agent = write_agent(tmp_path, f"touch {started}; sleep 300")
-    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--grace", "0.5", "--", str(agent)],
-                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = spawn_exec(repo, "--json", "--grace", "0.5", "--", str(agent))
     while not started.exists():
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
@@ -165,9 +163,7 @@ def test_a_process_outside_the_tree_started_during_the_run_in_the_worktree_is_ca
     wt = _task_worktree(repo, "escape")
     started, go = tmp_path / "started", tmp_path / "go"
     agent = write_agent(tmp_path, f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done\n{COMMIT}")
-    run = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--task", "escape", "--", str(agent)],
-                           cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           stdin=subprocess.DEVNULL)
+    run = spawn_exec(repo, "--json", "--task", "escape", "--", str(agent))
     while not started.exists():
         time.sleep(0.02)
     stray = subprocess.Popen(["sleep", "300"], cwd=wt, env={}, start_new_session=True)
