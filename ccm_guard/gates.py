@@ -12,8 +12,8 @@ import functools
 from typing import Callable, Mapping, TypeVar
 
 from . import configfile, git
-from .errors import UntrustedRepoError
-from .delta import Delta, Owner, RefChange
+from .errors import GitError, UntrustedRepoError
+from .delta import Delta, FileChange, Owner, RefChange
 from .snapshot import Pins, Snapshot
 
 FAIL = "fail"
@@ -77,9 +77,15 @@ def untrusted_reason(ctx: Context) -> str | None:
         dangerous = [c.key for c in changes if c.dangerous]
         if dangerous or key.startswith("include/"):
             return f"{_name(key)} gained keys that run code or steer git ({', '.join(dangerous) or 'include'})"
-    for key in ("common/objects/info/alternates", "common/shallow", "pointer"):
+    # git reads a worktree's `commondir` itself for its refs, whatever GIT_COMMON_DIR says,
+    # and `gitdir` when removing it; alternates, shallow and rewritten objects change what
+    # history it sees.
+    own = f"common/worktrees/{ctx.pins.admin_name}/"
+    for key in ("common/objects/info/alternates", "common/shallow", "pointer", own + "commondir", own + "gitdir"):
         if ctx.delta.changed(key):
             return f"{_name(key)} was changed"
+    if ctx.delta.objects.altered or ctx.delta.objects.removed:
+        return "existing objects were rewritten or removed"
     return None
 
 
@@ -93,15 +99,37 @@ def _name(key: str) -> str:
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
+    findings = _hidden_by_new_ignore_rules(ctx)
     entries = _git(lambda: git.status(ctx.repo))
     dirty = [e.path for e in entries if e.code != "??"]
     untracked = [e.path for e in entries if e.code == "??"]
-    findings = []
     if dirty:
         findings.append(Finding("clean-tree", f"{len(dirty)} tracked file(s) changed but not committed", tuple(dirty)))
     if untracked:
         findings.append(Finding("clean-tree", f"{len(untracked)} untracked file(s) left behind", tuple(untracked)))
     return findings
+
+
+def _hidden_by_new_ignore_rules(ctx: Context) -> list[Finding]:
+    """Ignored files are build output, unless an ignore file the run changed hides them."""
+    ignored = _git(lambda: git.status_ignored(ctx.repo))
+    rules = _git(lambda: git.check_ignore(ctx.repo, ignored))
+    changed: dict[str, bool] = {}
+    hidden: list[str] = []
+    culprits: list[str] = []
+    for rule in rules:
+        if rule.source.startswith("/") or rule.source.startswith(".git/"):
+            continue  # info/exclude and friends are git metadata, judged by git-metadata
+        if rule.source not in changed:
+            changed[rule.source] = git.blob_at(ctx.repo, ctx.base, rule.source) != git.hash_file(ctx.repo, rule.source)
+        if changed[rule.source]:
+            hidden.append(rule.path)
+            culprit = f"{rule.source}:{rule.line} {rule.pattern}"
+            culprits += [] if culprit in culprits else [culprit]
+    if not hidden:
+        return []
+    return [Finding("clean-tree", f"{len(hidden)} file(s) hidden by ignore rules this run changed "
+                    f"({'; '.join(culprits[:5])})", tuple(hidden))]
 
 
 def new_commit(ctx: Context) -> list[Finding]:
@@ -141,12 +169,23 @@ def refs_untouched(ctx: Context) -> list[Finding]:
             continue  # a new archive or snapshot written by another ccm-guard run
         elif rc.ref.startswith(("refs/remotes/", "refs/stash")):
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a fetch or stash of yours?)", (rc.ref,), WARN))
-        elif rc.ref in checked_out and ctx.delta.changed(checked_out[rc.ref]):
+        elif rc.ref in checked_out and ctx.delta.changed(checked_out[rc.ref]) and not _carries_task_work(ctx, rc):
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} while its checkout's index changed too: "
                                     "your own commit, or the agent's? check it", (rc.ref,), WARN))
         else:
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
     return findings
+
+
+def _carries_task_work(ctx: Context, rc: RefChange) -> bool:
+    """The ref now holds the task's own commits: the agent's doing, whatever the index says."""
+    head = ctx.head
+    if not head or head == ctx.base or not _plain(rc.after):
+        return False
+    try:
+        return git.is_ancestor(ctx.repo, head, rc.after or "")
+    except GitError:
+        return True  # cannot tell: do not excuse it
 
 
 def _plain(value: str | None) -> bool:
@@ -189,7 +228,9 @@ def git_metadata(ctx: Context) -> list[Finding]:
         elif change.owner is Owner.IN_PROGRESS:
             findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
         elif change.owner is Owner.OTHER_WORKTREE:
-            findings.append(Finding("git-metadata", f"{where} {change.change} in another worktree (yours?)", (where,), WARN))
+            prefix = "/".join(change.key.split("/")[:3]) + "/"
+            found = _state_change(ctx, change, "git-metadata", prefix, "another worktree")
+            findings.extend([found] if found else [])
         elif change.owner is Owner.REFLOG and not _is_dir(ctx, change.key) \
                 and not _ref_changed(ctx, change.key[len("common/logs/"):]):
             findings.append(Finding("git-metadata", f"reflog {where} was rewritten but its ref did not move", (where,)))
@@ -213,19 +254,26 @@ def _ref_changed(ctx: Context, ref: str) -> bool:
     return ref == ctx.pins.branch_ref or ref in ctx.other_tasks.values() or any(rc.ref == ref for rc in ctx.delta.refs)
 
 
+def _state_change(ctx: Context, change: FileChange, gate: str, prefix: str, place: str) -> Finding | None:
+    """A worktree's HEAD or in-progress state changed: the person's doing, or the agent's?
+
+    Every git command that moves HEAD or starts a merge or rebase writes that worktree's
+    index too; when the index content stayed the same, it was not a git command.
+    """
+    where = _name(change.key)
+    if change.key == prefix + "index":
+        return None
+    if not ctx.delta.changed(prefix + "index") and (change.key == prefix + "HEAD" or change.change == "added"):
+        return Finding(gate, f"{where} {change.change} in {place} while its index did not: not a git command of yours",
+                       (where,))
+    return Finding(gate, f"{where} {change.change} in {place}", (where,), WARN)
+
+
 def main_checkout(ctx: Context) -> list[Finding]:
-    prefix = ctx.delta.main_prefix
-    index_changed = ctx.delta.changed(prefix + "index")
     findings = []
     for change in ctx.delta.of(Owner.MAIN):
-        where = _name(change.key)
-        if change.key == prefix + "index":
-            continue
-        if not index_changed and (change.key.endswith("/HEAD") or change.change == "added"):
-            findings.append(Finding("main-checkout", f"{where} {change.change} in your checkout while its index did not: "
-                                    "not a git command of yours", (where,)))
-        else:
-            findings.append(Finding("main-checkout", f"{where} {change.change} in your checkout", (where,), WARN))
+        found = _state_change(ctx, change, "main-checkout", ctx.delta.main_prefix, "your checkout")
+        findings.extend([found] if found else [])
     if ctx.main_files_before is not None and ctx.main_files_after is not None:
         before, after = ctx.main_files_before, ctx.main_files_after
         touched = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
@@ -290,6 +338,8 @@ def run_gates(ctx: Context, names: list[str]) -> list[GateResult]:
         except Skipped as exc:
             results.append(GateResult(name, "skipped", (), str(exc)))
             continue
+        except GitError as exc:  # a repository broken by the agent must still get a verdict
+            findings = [Finding(name, f"git failed, so this gate could not judge: {exc.message}")]
         status = "fail" if any(f.severity == FAIL for f in findings) else "warn" if findings else "pass"
         results.append(GateResult(name, status, tuple(findings)))
     return results

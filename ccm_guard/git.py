@@ -33,7 +33,6 @@ from .errors import GitError, RepoError, UntrustedRepoError
 HARDENING = (
     "--no-pager",
     "--no-replace-objects",
-    "--literal-pathspecs",
     "-c", "core.hooksPath=/dev/null",
     "-c", "core.fsmonitor=false",
     "-c", "core.commitGraph=false",
@@ -137,14 +136,19 @@ def run(
     input: bytes | None = None,
     check: bool = True,
     env: Mapping[str, str] | None = None,
+    literal: bool = True,
 ) -> Result:
-    """Run one hardened git command; raise GitError with the whole story on failure."""
+    """Run one hardened git command; raise GitError with the whole story on failure.
+
+    Pathspecs are literal (a file the agent named `:(glob)*` is just that file), except
+    where a command refuses pathspec magic altogether (`literal=False`).
+    """
     if repo is not None and repo.untrusted:
         raise UntrustedRepoError(
             f"refusing to run git on {repo.common_dir}: {repo.untrusted}; "
             "inspect the repository by hand before trusting it again"
         )
-    argv = (binary(), *HARDENING, *args)
+    argv = (binary(), *HARDENING, *(("--literal-pathspecs",) if literal else ()), *args)
     if cwd is None:
         cwd = repo.work_tree if repo and repo.work_tree else (repo.git_dir if repo else "/")
     try:
@@ -316,6 +320,42 @@ def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
             fields = record.split(" ", 10)
             entries.append(StatusEntry(fields[1], fields[10]))
     return entries
+
+
+def status_ignored(repo: Repo) -> list[str]:
+    """Ignored paths in the work tree (a wholly ignored directory is one entry)."""
+    args = ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames"]
+    return [record[2:] for record in run(args, repo).z() if record.startswith("! ")]
+
+
+@dataclasses.dataclass(frozen=True)
+class IgnoreRule:
+    source: str  # the ignore file, relative to the work tree when it is in it
+    line: str
+    pattern: str
+    path: str
+
+
+def check_ignore(repo: Repo, paths: list[str]) -> list[IgnoreRule]:
+    """Which rule of which ignore file ignores each path."""
+    if not paths:
+        return []
+    res = run(["check-ignore", "--verbose", "--no-index", "-z", "--stdin"], repo, literal=False,
+              input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0", check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    fields = res.out.split("\0")
+    return [IgnoreRule(*fields[i:i + 4]) for i in range(0, len(fields) - 3, 4) if fields[i]]
+
+
+def blob_at(repo: Repo, rev: str, path: str) -> str | None:
+    res = run(["rev-parse", "--verify", "--quiet", f"{rev}:{path}"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+def hash_file(repo: Repo, path: str) -> str | None:
+    res = run(["hash-object", "--no-filters", "--", path], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
 
 
 def config_entries(path: Path) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from . import configfile, gates, git, processes, runner, worktree
 from .delta import compare
-from .errors import GitError, RepoError, StateError, UntrustedRepoError
+from .errors import GitError, RepoError, StateError
 from .registry import Registry, Task
 from .report import Verdict
 from .snapshot import Pins, Snapshot, take
@@ -105,15 +105,18 @@ def judge(
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     ctx = gates.Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers)
     reason = gates.untrusted_reason(ctx)
+    errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
         ctx.repo = repo.distrust(reason)
     elif main_before is not None:
-        ctx.main_files_after = main_files(git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
+        try:
+            ctx.main_files_after = main_files(git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
+        except GitError as exc:
+            errors.append(f"could not read your checkout's status: {exc.message}")
     results = gates.run_gates(ctx, gates.select(read_only, require_commit))
     head = ctx.head
     commits: list[tuple[str, str]] = []
     files: list[git.FileStat] = []
-    errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if head and not reason and head != task.base:
         try:
             commits = [(c, git.commit_subject(ctx.repo, c)) for c in git.rev_list(ctx.repo, task.base, head)]
@@ -123,7 +126,7 @@ def judge(
     return Verdict(
         task=task.id, branch=task.branch, base=task.base, head=head, repo=task.main_worktree,
         worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
-        gates=results, disposition="kept", errors=errors,
+        gates=results, disposition="kept", errors=errors, git_trusted=reason is None,
     )
 
 
@@ -133,21 +136,31 @@ def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: g
     registry.move(task.id, "COMMITTED" if passed else "ERRORED")
     remove = opts.cleanup if passed else opts.on_fail == "discard"
     if remove:
-        trusted = not verdict.errors
-        try:
-            if not trusted:
-                raise UntrustedRepoError("repository metadata was tampered with")
-            repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-            head = verdict.head or task.base
-            verdict.archive = worktree.archive(repo, host, task.id, task.base, head)
-            worktree.remove(host, pins, verdict.head)
+        _archive_and_remove(verdict, task, pins, host)
+        if verdict.disposition.startswith("removed"):
             registry.move(task.id, "CLEANED_UP" if passed else "DISCARDED")
-            verdict.disposition = "removed after archiving" if verdict.archive else "removed (no work to keep)"
-        except GitError as exc:
-            verdict.disposition = "kept: could not archive, so nothing was removed"
-            verdict.errors.append(exc.message)
     verdict.next_steps = next_steps(verdict, task)
     registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+
+
+def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo) -> None:
+    if not verdict.git_trusted:
+        verdict.disposition = "kept: its git metadata was tampered with, so ccm-guard ran no git to archive it"
+        return
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    try:
+        verdict.archive = worktree.archive(repo, host, task.id, task.base, verdict.head or task.base)
+    except GitError as exc:
+        verdict.disposition = "kept: the archive could not be made, so nothing was removed"
+        verdict.errors.append(exc.message)
+        return
+    try:
+        worktree.remove(host, pins, verdict.head)
+    except GitError as exc:
+        verdict.disposition = "kept: archived, but removing the worktree failed"
+        verdict.errors.append(exc.message)
+        return
+    verdict.disposition = "removed after archiving" if verdict.archive else "removed (no work to keep)"
 
 
 def next_steps(v: Verdict, task: Task) -> list[str]:

@@ -29,6 +29,7 @@ class Verdict:
     disposition: str  # what happened to the worktree afterwards
     archive: str | None = None
     errors: list[str] = dataclasses.field(default_factory=list)
+    git_trusted: bool = True  # False once the agent tampered with what steers git
     next_steps: list[str] = dataclasses.field(default_factory=list)
 
     @property

