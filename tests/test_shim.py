@@ -1,0 +1,614 @@
+"""The git shim (shims/git) against real git in real temporary repositories.
+
+Each test builds a repository with `main` and a linked worktree on `ccm/t1`, puts a
+directory holding a `git` symlink to the shim first on PATH and runs `git ...` in the
+worktree. Refused commands must exit 1 with one `ccm-guard: refused:` line, leave every
+file of the repository as it was and log a JSON line; allowed commands must behave
+byte for byte like the real git (same stdout, stderr and exit code), in the same
+repository when they only read, in an identical twin repository when they write.
+
+Decisions of the shim that these tests pin down (see the header of shims/git):
+- `ls-remote`, `remote show NAME` (both contact the remote) and `credential` are
+  refused as `remote`; `remote -v`, `remote get-url`, `remote show -n` are allowed.
+- `worktree list` is allowed, every other `worktree` subcommand refused.
+- `checkout WORD` without `--` is refused unless WORD is HEAD, the task branch or `.`
+  (it may switch branches); `checkout -- FILE` and `restore` are the way to restore.
+- Tag creation is a ref write; `repack -d` is `gc`; `stash branch` and `bisect` are
+  switches; `stash clear`/`drop` are ref writes (refs/stash is shared); `rebase` is allowed only onto a base inside HEAD's history.
+- Abbreviated long options are rejected by git itself under the shim
+  (GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS=1), so `--no-veri` cannot slip through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SHIM = Path(__file__).resolve().parent.parent / "shims" / "git"
+REAL_GIT = os.path.realpath(shutil.which("git") or "/usr/bin/git")
+BRANCH = "ccm/t1"
+TIMEOUT = 20
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_AUTHOR_DATE": "2024-01-02T03:04:05+00:00",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.com",
+    "GIT_COMMITTER_DATE": "2024-01-02T03:04:05+00:00",
+}
+
+
+@dataclass
+class Repo:
+    root: Path  # holds main/ and wt/
+    main: Path  # the person's checkout, on main
+    wt: Path  # the linked worktree, on ccm/t1
+    base: str  # the commit ccm/t1 started from
+    main_only: str  # a commit on main, not in the task's history
+    env: dict[str, str]  # for the shim and the real git alike
+    log: Path  # CCM_GUARD_LOG
+
+
+def _base_env(home: Path, templates: Path) -> dict[str, str]:
+    """A clean environment: nothing inherited from the caller's git setup."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "GIT_TEMPLATE_DIR": str(templates),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_EDITOR": "true",
+        "LANG": "C",
+        "LC_ALL": "C",
+        "TZ": "UTC",
+        **IDENTITY,
+    }
+
+
+def _setup_git(env: dict[str, str], cwd: Path, *args: str) -> str:
+    """Real git for building fixtures, with global and system config switched off."""
+    full = dict(env, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1")
+    out = subprocess.run([REAL_GIT, *args], cwd=cwd, env=full, check=True,
+                         capture_output=True, timeout=TIMEOUT)
+    return out.stdout.decode().strip()
+
+
+def make_repo(root: Path) -> Repo:
+    """main: initial, main-only.  ccm/t1 (linked worktree) from initial: task one, two."""
+    root.mkdir(parents=True)
+    home = root / "home"
+    home.mkdir()
+    templates = root / "templates"
+    templates.mkdir()
+    env = _base_env(home, templates)
+    main = root / "main"
+    wt = root / "wt"
+    main.mkdir()
+    _setup_git(env, main, "init", "-q", "-b", "main")
+    _setup_git(env, main, "config", "user.name", "Repo User")
+    _setup_git(env, main, "config", "user.email", "repo@example.com")
+    (main / "a.txt").write_text("alpha\n")
+    (main / "dir").mkdir()
+    (main / "dir" / "b.txt").write_text("beta\n")
+    (main / "with space.txt").write_text("space\n")
+    _setup_git(env, main, "add", "-A")
+    _setup_git(env, main, "commit", "-q", "-m", "initial")
+    base = _setup_git(env, main, "rev-parse", "HEAD")
+    (main / "main-only.txt").write_text("main only\n")
+    _setup_git(env, main, "add", "-A")
+    _setup_git(env, main, "commit", "-q", "-m", "main only")
+    main_only = _setup_git(env, main, "rev-parse", "HEAD")
+    _setup_git(env, main, "tag", "v1", base)
+    _setup_git(env, main, "worktree", "add", "-q", "-b", BRANCH, str(wt), base)
+    (wt / "t.txt").write_text("task\n")
+    _setup_git(env, wt, "add", "t.txt")
+    _setup_git(env, wt, "commit", "-q", "-m", "task one")
+    (wt / "a.txt").write_text("alpha\nchanged by the task\n")
+    _setup_git(env, wt, "commit", "-q", "-am", "task two")
+
+    bindir = root / "bin"
+    bindir.mkdir()
+    (bindir / "git").symlink_to(SHIM)
+    log = root / "refusals.jsonl"
+    env = dict(env, PATH=f"{bindir}{os.pathsep}{env['PATH']}",
+               CCM_GUARD_REAL_GIT=REAL_GIT, CCM_GUARD_BRANCH=BRANCH,
+               CCM_GUARD_LOG=str(log))
+    return Repo(root, main, wt, base, main_only, env, log)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path / "a")
+
+
+@pytest.fixture
+def twins(tmp_path: Path) -> tuple[Repo, Repo]:
+    """Two repositories with identical content and commit ids."""
+    return make_repo(tmp_path / "a"), make_repo(tmp_path / "b")
+
+
+def shim(r: Repo, *args: str, env: dict[str, str] | None = None,
+         cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    """`git ARGS` found on PATH, i.e. the shim."""
+    return subprocess.run(["git", *args], cwd=cwd or r.wt, env=env or r.env,
+                          capture_output=True, timeout=TIMEOUT)
+
+
+def real(r: Repo, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([REAL_GIT, *args], cwd=cwd or r.wt, env=r.env,
+                          capture_output=True, timeout=TIMEOUT)
+
+
+def snapshot(r: Repo) -> dict[str, tuple[int, bytes]]:
+    """Every file and symlink of both checkouts and the git directory."""
+    files: dict[str, tuple[int, bytes]] = {}
+    for top in (r.main, r.wt):
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(dirnames + filenames):
+                p = Path(dirpath) / name
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    data = os.readlink(p).encode()
+                elif stat.S_ISREG(st.st_mode):
+                    data = p.read_bytes()
+                else:
+                    data = b""
+                files[str(p.relative_to(r.root))] = (st.st_mode, data)
+    return files
+
+
+def log_lines(r: Repo) -> list[dict]:
+    if not r.log.exists():
+        return []
+    return [json.loads(line) for line in r.log.read_text(encoding="utf-8").splitlines()]
+
+
+def assert_refused(r: Repo, args: list[str], op: str,
+                   env: dict[str, str] | None = None) -> bytes:
+    before = snapshot(r)
+    logged = len(log_lines(r))
+    res = shim(r, *args, env=env)
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    assert res.stderr.startswith(b"ccm-guard: refused: "), res.stderr
+    assert res.stderr.count(b"\n") == 1 and res.stderr.endswith(b"\n"), res.stderr
+    assert res.stdout == b""
+    assert snapshot(r) == before, "the repository changed"
+    entries = log_lines(r)
+    assert len(entries) == logged + 1
+    entry = entries[-1]
+    assert entry["op"] == op
+    assert entry["argv"] == list(args)
+    assert isinstance(entry["ts"], int) and entry["ts"] > 1_600_000_000
+    assert entry["reason"] and "\n" not in entry["reason"]
+    assert res.stderr.decode() == f"ccm-guard: refused: {entry['reason']}\n"
+    return res.stderr
+
+
+def assert_same(a: subprocess.CompletedProcess[bytes], b: subprocess.CompletedProcess[bytes]):
+    assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
+
+
+# --- refused ---------------------------------------------------------------
+
+MAIN_ONLY = "<main-only>"  # replaced by the commit id in the test
+
+REFUSED = [
+    # dangerous -c / --config-env, with global options in front
+    (["-C", ".", "-c", "core.hooksPath=/tmp/x", "commit", "-m", "x"], "dangerous-config"),
+    (["-c", "CORE.HOOKSPATH=x", "status"], "dangerous-config"),
+    (["-c", "core.pager=cat", "log"], "dangerous-config"),
+    (["-c", "Diff.MyDriver.TextConv=cat", "log", "-p"], "dangerous-config"),
+    (["-c", "alias.st=!touch /tmp/pwned", "st"], "dangerous-config"),
+    (["-c", "includeIf.gitdir:/x/.path=/tmp/evil", "status"], "dangerous-config"),
+    (["--config-env=core.fsmonitor=HOME", "status"], "dangerous-config"),
+    (["--config-env", "filter.x.clean=HOME", "add", "a.txt"], "dangerous-config"),
+    (["--no-pager", "-c", "core.sshCommand=evil", "status"], "dangerous-config"),
+    # pointing git elsewhere
+    (["--git-dir=../x/.git", "log"], "redirect"),
+    (["--git-dir", "../x/.git", "log"], "redirect"),
+    (["--work-tree=..", "status"], "redirect"),
+    (["--namespace", "x", "log"], "redirect"),
+    (["--bare", "log"], "redirect"),
+    (["--exec-path=/tmp", "status"], "redirect"),
+    # hooks skipped
+    (["commit", "-anm", "msg"], "no-verify"),
+    (["commit", "--no-verify", "-m", "x"], "no-verify"),
+    (["commit", "-n", "-m", "x"], "no-verify"),
+    (["commit", "-qn", "--allow-empty", "-m", "x"], "no-verify"),
+    (["commit", "-m", 'line one\nline "two" \\ end\ttab', "--no-verify"], "no-verify"),
+    (["am", "--no-verify", "x.patch"], "no-verify"),
+    (["merge", "--no-verify", "main"], "no-verify"),
+    # remotes
+    (["push"], "remote"),
+    (["push", "origin", "HEAD"], "remote"),
+    (["fetch"], "remote"),
+    (["pull"], "remote"),
+    (["clone", ".", "/tmp/never"], "remote"),
+    (["ls-remote", "."], "remote"),
+    (["remote", "add", "x", "../x"], "remote"),
+    (["remote", "-v", "set-url", "origin", "x"], "remote"),
+    (["remote", "show", "origin"], "remote"),
+    (["credential", "fill"], "remote"),
+    # leaving the task branch
+    (["checkout", "main"], "switch"),
+    (["checkout", "-b", "other"], "switch"),
+    (["checkout", "-qb", "other", "main"], "switch"),
+    (["checkout", "--detach"], "switch"),
+    (["checkout", "-"], "switch"),
+    (["checkout", MAIN_ONLY], "switch"),
+    (["checkout", "a.txt"], "switch"),
+    (["--no-pager", "checkout", "main"], "switch"),
+    (["switch", "-c", "x"], "switch"),
+    (["switch", "main"], "switch"),
+    (["switch", "--detach", "HEAD"], "switch"),
+    (["stash", "branch", "x"], "switch"),
+    (["stash", "-q", "branch", "x"], "switch"),
+    (["bisect", "start"], "switch"),
+    (["rebase", "main", "main"], "switch"),
+    # refs other than the task's
+    (["branch", "-D", "main"], "ref-write"),
+    (["branch", "-f", "main", "HEAD"], "ref-write"),
+    (["branch", "newbranch"], "ref-write"),
+    (["branch", "-m", "renamed"], "ref-write"),
+    (["branch", "--delete", "--force", "main"], "ref-write"),
+    (["branch", "-dr", "origin/main"], "ref-write"),
+    (["tag", "-d", "v1"], "ref-write"),
+    (["tag", "v2"], "ref-write"),
+    (["stash", "clear"], "ref-write"),
+    (["stash", "drop"], "ref-write"),
+    (["update-ref", "refs/heads/main", "HEAD"], "ref-write"),
+    (["update-ref", "-d", "refs/heads/main"], "ref-write"),
+    (["update-ref", "--stdin"], "ref-write"),
+    (["symbolic-ref", "HEAD", "refs/heads/main"], "ref-write"),
+    (["rebase", "--update-refs", "HEAD~1"], "ref-write"),
+    # moving the task branch out of its history
+    (["reset", "--hard", MAIN_ONLY], "reset-outside"),
+    (["reset", "--soft", "main"], "reset-outside"),
+    (["reset", "main", "--"], "reset-outside"),
+    (["-C", "dir", "reset", "--keep", "main"], "reset-outside"),
+    (["update-ref", "refs/heads/ccm/t1", MAIN_ONLY], "reset-outside"),
+    (["checkout", "-B", "ccm/t1", "main"], "reset-outside"),
+    # deleting history
+    (["reflog", "expire", "--all"], "gc"),
+    (["reflog", "delete", "HEAD@{1}"], "gc"),
+    (["gc", "--prune=now"], "gc"),
+    (["gc", "--prune=all"], "gc"),
+    (["prune"], "gc"),
+    (["repack", "-ad"], "gc"),
+    # configuration
+    (["config", "core.hooksPath", "x"], "config-write"),
+    (["config", "--worktree", "core.hooksPath", "x"], "config-write"),
+    (["config", "--global", "user.name", "x"], "config-write"),
+    (["config", "--unset", "user.name"], "config-write"),
+    (["config", "-e"], "config-write"),
+    (["config", "set", "user.name", "x"], "config-write"),
+    (["sparse-checkout", "set", "dir"], "config-write"),
+    # worktrees, submodules, merges
+    (["worktree", "add", "../y"], "worktree"),
+    (["worktree", "remove", "--force", "."], "worktree"),
+    (["worktree", "prune"], "worktree"),
+    (["submodule", "add", "../x", "sub"], "submodule"),
+    (["submodule", "status"], "submodule"),
+    (["merge", "main"], "merge"),
+    (["merge", "-m", "--no-verify", "main"], "merge"),
+    (["rebase", "main"], "merge"),
+    (["rebase", "--onto", "main", "HEAD~1"], "merge"),
+    (["rebase", "-i", "--root"], "merge"),
+    (["cherry-pick", "main"], "merge"),
+]
+
+
+def _ids(case):
+    args, op = case
+    return " ".join(args).replace("\n", "\\n")[:60] + f" [{op}]"
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[_ids(c) for c in REFUSED])
+def test_refused(repo: Repo, case):
+    args, op = case
+    args = [repo.main_only if a == MAIN_ONLY else a for a in args]
+    assert_refused(repo, args, op)
+
+
+@pytest.mark.parametrize("var,value", [
+    ("GIT_DIR", "../main/.git"),
+    ("GIT_WORK_TREE", ".."),
+    ("GIT_INDEX_FILE", "/tmp/index"),
+    ("GIT_CONFIG_PARAMETERS", "'core.hookspath'='/tmp/x'"),
+    ("GIT_CONFIG_GLOBAL", "/dev/null"),
+    ("GIT_OBJECT_DIRECTORY", "/tmp/objects"),
+    ("GIT_EXEC_PATH", "/tmp"),
+])
+def test_refused_redirect_environment(repo: Repo, var: str, value: str):
+    env = dict(repo.env, **{var: value})
+    err = assert_refused(repo, ["status"], "redirect", env=env)
+    assert var.encode() in err
+
+
+def test_refusal_log_round_trips_awkward_arguments(repo: Repo):
+    args = ["commit", "-n", "-m", 'a "quoted" \\ back\nslash\r\x01\x1f é ✓', ""]
+    assert_refused(repo, args, "no-verify")
+    assert log_lines(repo)[-1]["argv"] == args
+
+
+def test_refusal_without_a_writable_log_still_refuses(repo: Repo):
+    env = dict(repo.env, CCM_GUARD_LOG=str(repo.root / "missing-dir" / "log.jsonl"))
+    res = shim(repo, "push", env=env)
+    assert res.returncode == 1
+    assert res.stderr.startswith(b"ccm-guard: refused: ") and res.stderr.count(b"\n") == 1
+    env.pop("CCM_GUARD_LOG")
+    res = shim(repo, "push", env=env)
+    assert res.returncode == 1 and res.stderr.count(b"\n") == 1
+
+
+def test_refusal_without_task_branch_refuses_branch_writes(repo: Repo):
+    env = {k: v for k, v in repo.env.items() if k != "CCM_GUARD_BRANCH"}
+    assert_refused(repo, ["checkout", "-b", BRANCH], "switch", env=env)
+
+
+# --- allowed: byte-identical to the real git -----------------------------------
+
+READ_ONLY = [
+    ["status"],
+    ["status", "--porcelain=v1", "-z"],
+    ["log", "--oneline"],
+    ["log", "-p", "-1"],
+    ["diff", "HEAD~1"],
+    ["diff", "--stat", "main...HEAD"],
+    ["show", "--stat", "HEAD"],
+    ["branch"],
+    ["branch", "--show-current"],
+    ["branch", "-a", "-v"],
+    ["branch", "--list", "ccm/*"],
+    ["branch", "--contains", "HEAD~1"],
+    ["config", "--get", "user.name"],
+    ["config", "user.name"],
+    ["config", "--list", "--local"],
+    ["config", "-l", "--show-origin"],
+    ["config", "--get-regexp", "^user\\."],
+    ["rev-parse", "HEAD"],
+    ["rev-parse", "--abbrev-ref", "HEAD"],
+    ["cat-file", "-p", "HEAD"],
+    ["stash", "list"],
+    ["-C", "dir", "status", "--short"],
+    ["-C", "dir", "ls-files"],
+    ["--no-pager", "log", "-1"],
+    ["-c", "color.ui=always", "log", "-1", "--oneline"],
+    ["--literal-pathspecs", "ls-files", "with space.txt"],
+    ["ls-files", "-z"],
+    ["symbolic-ref", "HEAD"],
+    ["symbolic-ref", "--short", "-q", "HEAD"],
+    ["remote", "-v"],
+    ["remote"],
+    ["worktree", "list", "--porcelain"],
+    ["tag"],
+    ["tag", "-l", "v*"],
+    ["reflog", "-3"],
+    ["merge-base", "HEAD", "main"],
+    ["checkout", "-b", BRANCH],  # already exists: git's own error
+    ["checkout", BRANCH],
+    ["switch", BRANCH],
+    ["branch", "-D", BRANCH],  # the checked-out branch: git's own error
+    ["show", "no-such-rev"],
+    ["status", "-h"],
+    ["push", "-h"],
+    ["--version"],
+    ["no-such-command"],
+]
+
+
+@pytest.mark.parametrize("args", READ_ONLY, ids=lambda a: " ".join(a))
+def test_allowed_read_only_is_byte_identical(repo: Repo, args: list[str]):
+    expected = real(repo, *args)
+    got = shim(repo, *args)
+    assert_same(got, expected)
+    assert not repo.log.exists()
+
+
+def test_abbreviated_options_are_rejected_by_git(repo: Repo):
+    """--no-verif would be --no-verify for git; under the shim git refuses it itself."""
+    before = snapshot(repo)
+    res = shim(repo, "commit", "--allow-empty", "--no-verif", "-m", "x")
+    assert res.returncode != 0
+    assert b"disallowed abbreviated or ambiguous option" in res.stderr
+    assert snapshot(repo) == before
+
+
+def _prepare_dirty(r: Repo) -> None:
+    (r.wt / "a.txt").write_text("dirty\n")
+    (r.wt / "new file.txt").write_text("new\n")
+    (r.wt / "dir" / "b.txt").write_text("beta dirty\n")
+
+
+WRITES = [
+    # (args, prepare the tree first?)
+    (["add", "new file.txt"], True),
+    (["add", "-A"], True),
+    (["commit", "-am", "subject with  spaces\n\nbody line one\nbody line two\n"], True),
+    (["commit", "--allow-empty", "--allow-empty-message", "-m", ""], False),
+    (["commit", "--allow-empty", "-m", "-n"], False),
+    (["commit", "--allow-empty", "-mn"], False),
+    (["commit", "--allow-empty", "-m", "x", "--no-verify", "--verify"], False),
+    (["commit", "-a", "--fixup", "HEAD"], True),
+    (["checkout", "--", "a.txt"], True),
+    (["checkout", "HEAD", "--", "a.txt", "dir/b.txt"], True),
+    (["checkout", "HEAD~1", "--", "a.txt"], True),
+    (["checkout", "main", "--", "main-only.txt"], False),
+    (["checkout", "."], True),
+    (["checkout", "-f"], True),
+    (["restore", "a.txt"], True),
+    (["restore", "--source=HEAD~2", "--", "a.txt"], False),
+    (["reset", "HEAD", "a.txt"], True),
+    (["reset", "--", "a.txt"], True),
+    (["reset"], True),
+    (["reset", "--hard"], True),
+    (["reset", "--hard", "HEAD~1"], False),
+    (["reset", "-q", "--soft", "HEAD^"], False),
+    (["reset", "--hard", "<base>"], False),
+    (["reset", "--keep", BRANCH + "~1"], False),
+    (["reset", "a.txt"], True),
+    (["rm", "--cached", "-q", "t.txt"], False),
+    (["mv", "t.txt", "t2.txt"], False),
+    (["stash"], True),
+    (["stash", "push", "-m", "a message"], True),
+    (["clean", "-n"], True),
+    (["revert", "--no-edit", "HEAD"], False),
+    (["rebase", "HEAD~1"], False),
+    (["rebase", "<base>"], False),
+    (["merge", "--abort"], False),
+    (["cherry-pick", "--abort"], False),
+    (["branch", "-u", "main"], False),
+    (["update-ref", "refs/heads/ccm/t1", "HEAD~1"], False),
+    (["gc", "--auto"], False),
+]
+
+
+@pytest.mark.parametrize("case", WRITES, ids=[" ".join(c[0]).replace("\n", "\\n")[:50] for c in WRITES])
+def test_allowed_write_matches_twin(twins: tuple[Repo, Repo], case):
+    a, b = twins
+    args, dirty = case
+    for r in (a, b):
+        if dirty:
+            _prepare_dirty(r)
+    args_a = [a.base if x == "<base>" else x for x in args]
+    args_b = [b.base if x == "<base>" else x for x in args]
+    assert args_a == args_b  # the twins have the same commit ids
+    got = shim(a, *args_a)
+    expected = real(b, *args_b)
+    assert_same(got, expected)
+    state = ["log", "--format=%H %s", "-3"], ["status", "--porcelain=v1"]
+    for s in state:
+        assert_same(real(a, *s), real(b, *s))
+    assert not a.log.exists()
+
+
+def test_allowed_by_role(repo: Repo):
+    """CCM_GUARD_ALLOW lets a class through to the real git, untouched."""
+    env = dict(repo.env, CCM_GUARD_ALLOW="remote dangerous-config")
+    assert_same(shim(repo, "ls-remote", ".", env=env), real(repo, "ls-remote", "."))
+    args = ["-c", "core.pager=cat", "log", "-1"]
+    assert_same(shim(repo, *args, env=env), real(repo, *args))
+    # Other classes stay refused, and push --no-verify needs no-verify too.
+    assert_refused(repo, ["push", "--no-verify"], "no-verify", env=env)
+    assert_refused(repo, ["checkout", "main"], "switch", env=env)
+
+
+def test_arguments_survive_untouched(repo: Repo, tmp_path: Path):
+    """Spaces, quotes, newlines, empty strings and leading dashes reach git as given."""
+    args = ["rev-parse", "--sq-quote", "a b", "", "-x", "--y", 'q"uo\'te', "new\nline",
+            "tab\there", "*", "$HOME", "back\\slash"]
+    assert_same(shim(repo, *args), real(repo, *args))
+    args = ["-c", "color.ui=never", "rev-parse", "--sq-quote", "", " lead", "trail "]
+    assert_same(shim(repo, *args), real(repo, *args))
+
+
+# --- fail closed ------------------------------------------------------------------
+
+def _no_git(res: subprocess.CompletedProcess[bytes], value: str) -> None:
+    assert res.returncode == 1
+    assert res.stdout == b""
+    assert res.stderr == (f"ccm-guard: real git not found (CCM_GUARD_REAL_GIT={value}): "
+                          "refusing to run\n").encode()
+
+
+def test_fail_closed_when_real_git_unset(repo: Repo):
+    env = {k: v for k, v in repo.env.items() if k != "CCM_GUARD_REAL_GIT"}
+    _no_git(shim(repo, "status", env=env), "")
+
+
+@pytest.mark.parametrize("value", ["/nonexistent/git", "git", "usr/bin/git", "/tmp"])
+def test_fail_closed_when_real_git_is_not_an_executable_path(repo: Repo, value: str):
+    _no_git(shim(repo, "status", env=dict(repo.env, CCM_GUARD_REAL_GIT=value)), value)
+
+
+def test_fail_closed_when_real_git_is_the_shim(repo: Repo):
+    for target in (str(SHIM), str(repo.root / "bin" / "git")):
+        _no_git(shim(repo, "status", env=dict(repo.env, CCM_GUARD_REAL_GIT=target)), target)
+
+
+def test_fail_closed_with_two_copies_of_the_shim(repo: Repo, tmp_path: Path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for d in (first, second):
+        d.mkdir()
+        shutil.copy2(SHIM, d / "git")
+    env = dict(repo.env, PATH=f"{first}{os.pathsep}{second}{os.pathsep}{repo.env['PATH']}",
+               CCM_GUARD_REAL_GIT=str(second / "git"))
+    _no_git(shim(repo, "status", env=env), str(second / "git"))
+    # The recursion guard alone (already inside a shim) gives the same answer.
+    env["CCM_GUARD_SHIM_ACTIVE"] = "1"
+    _no_git(shim(repo, "status", env=env), str(second / "git"))
+
+
+def test_exports_recursion_guard_to_git(repo: Repo):
+    """git runs a git-<name> helper from PATH: it sees what the shim exported."""
+    helper = repo.root / "helpers" / "git-show-env"
+    helper.parent.mkdir()
+    helper.write_text("#!/bin/sh\nprintf '%s\\n' \"$CCM_GUARD_SHIM_ACTIVE\" "
+                      "\"$GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS\"\n")
+    helper.chmod(0o755)
+    env = dict(repo.env, PATH=f"{repo.env['PATH']}{os.pathsep}{helper.parent}")
+    res = shim(repo, "show-env", env=env)
+    assert (res.returncode, res.stdout) == (0, b"1\n1\n"), res.stderr
+
+
+# --- the allowed path forks nothing -------------------------------------------------
+
+STRACE_CASES = [
+    ["rev-parse", "HEAD"],  # fast path
+    ["-C", "dir", "status", "--short"],  # fast path with -C
+    ["-c", "color.ui=never", "rev-parse", "HEAD"],  # full path, -c checked
+    ["branch", "--list", "ccm/*"],  # full path, a handler
+    ["config", "user.name"],
+    ["symbolic-ref", "--short", "-q", "HEAD"],  # the last handlers
+    ["update-ref", "--no-deref", "-m", "x", "refs/heads/ccm/t1", "HEAD"],
+]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.parametrize("args", STRACE_CASES, ids=lambda a: " ".join(a))
+def test_allowed_path_execs_only_git(repo: Repo, tmp_path: Path, args: list[str]):
+    out = tmp_path / "strace.out"
+    res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
+                          "git", *args], cwd=repo.wt, env=repo.env, capture_output=True,
+                         timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    execs = [line for line in out.read_text().splitlines()
+             if "execve(" in line and line.rstrip().endswith("= 0")]
+    assert len(execs) == 2, execs
+    assert f'execve("{repo.root / "bin" / "git"}"' in execs[0]
+    assert f'execve("{REAL_GIT}"' in execs[1]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_reset_outside_head_calls_git_once(repo: Repo, tmp_path: Path):
+    """The one allowed exception: merge-base --is-ancestor, then git itself."""
+    out = tmp_path / "strace.out"
+    res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
+                          "git", "reset", "--soft", repo.base], cwd=repo.wt, env=repo.env,
+                         capture_output=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    execs = [line for line in out.read_text().splitlines()
+             if "execve(" in line and line.rstrip().endswith("= 0")]
+    assert len(execs) == 3, execs
+    assert '"merge-base", "--is-ancestor"' in execs[1]
+
+
+# --- the script itself -----------------------------------------------------------------
+
+def test_shim_is_posix_sh():
+    assert SHIM.read_text().startswith("#!/bin/sh\n")
+    assert os.access(SHIM, os.X_OK)
+    for sh in ("sh", "dash"):
+        if shutil.which(sh):
+            subprocess.run([sh, "-n", str(SHIM)], check=True, timeout=TIMEOUT)
+    if shutil.which("checkbashisms"):
+        subprocess.run(["checkbashisms", "--posix", str(SHIM)], check=True, timeout=TIMEOUT)
