@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from concurrent.futures import Future
 from typing import Callable, Mapping, TypeVar
 
 from . import configfile, git
@@ -45,6 +46,17 @@ class Context:
     main_files_after: Mapping[str, str] | None
     other_tasks: Mapping[str, str]  # admin dir name -> branch ref, of the other registered tasks
     leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
+    # The task worktree's status (ignored paths included), when it was read ahead in parallel.
+    task_status: Future[list[git.StatusEntry]] | None = None
+
+    def status(self) -> list[git.StatusEntry]:
+        if self.task_status is None:
+            self.task_status = Future()
+            try:
+                self.task_status.set_result(git.status(self.repo, ignored=True))
+            except Exception as exc:
+                self.task_status.set_exception(exc)
+        return _git(self.task_status.result)
 
     @property
     def head(self) -> str | None:
@@ -62,6 +74,22 @@ class Context:
                     self.before.contents.get(change.key), self.after.contents.get(change.key)
                 )
         return found
+
+    @functools.cached_property
+    def forged_packs(self) -> list[str]:
+        """New packs that took loose objects but do not verify (an honest gc's always do)."""
+        objs = self.delta.objects
+        if not objs.repacked:
+            return []
+        return [p for p in objs.new_packs if not git.verify_pack(self.pins.common_dir / "objects" / p)]
+
+    @functools.cached_property
+    def commit_graph_ok(self) -> bool:
+        """A rewritten commit-graph is what `git gc` leaves, if it describes the real commits."""
+        try:
+            return git.verify_commit_graph(self.repo)
+        except GitError:
+            return False
 
     def ignored_worktree(self, key: str) -> bool:
         """Another registered task's admin dir: that task's own gates judge it."""
@@ -84,7 +112,7 @@ def untrusted_reason(ctx: Context) -> str | None:
     for key in ("common/objects/info/alternates", "common/shallow", "pointer", own + "commondir", own + "gitdir"):
         if ctx.delta.changed(key):
             return f"{_name(key)} was changed"
-    if ctx.delta.objects.altered or ctx.delta.objects.removed:
+    if ctx.delta.objects.altered or ctx.delta.objects.removed or ctx.forged_packs:
         return "existing objects were rewritten or removed"
     return None
 
@@ -99,9 +127,9 @@ def _name(key: str) -> str:
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
-    findings = _hidden_by_new_ignore_rules(ctx)
-    entries = _git(lambda: git.status(ctx.repo))
-    dirty = [e.path for e in entries if e.code != "??"]
+    entries = ctx.status()
+    findings = _hidden_by_new_ignore_rules(ctx, [e.path for e in entries if e.code == "!!"])
+    dirty = [e.path for e in entries if e.code not in ("??", "!!")]
     untracked = [e.path for e in entries if e.code == "??"]
     if dirty:
         findings.append(Finding("clean-tree", f"{len(dirty)} tracked file(s) changed but not committed", tuple(dirty)))
@@ -110,9 +138,8 @@ def clean_tree(ctx: Context) -> list[Finding]:
     return findings
 
 
-def _hidden_by_new_ignore_rules(ctx: Context) -> list[Finding]:
+def _hidden_by_new_ignore_rules(ctx: Context, ignored: list[str]) -> list[Finding]:
     """Ignored files are build output, unless an ignore file the run changed hides them."""
-    ignored = _git(lambda: git.status_ignored(ctx.repo))
     rules = _git(lambda: git.check_ignore(ctx.repo, ignored))
     changed: dict[str, bool] = {}
     hidden: list[str] = []
@@ -222,7 +249,12 @@ def git_metadata(ctx: Context) -> list[Finding]:
         if ctx.ignored_worktree(change.key):
             continue
         where = _name(change.key)
-        if change.owner is Owner.CONTROL:
+        if change.change != "modified" and _is_dir(ctx, change.key):
+            continue  # an empty directory changes nothing; what is put in it is reported
+        maintenance = _maintenance(ctx, change.key)
+        if maintenance:
+            findings.append(Finding("git-metadata", f"{where} was {change.change} ({maintenance})", (where,), WARN))
+        elif change.owner is Owner.CONTROL:
             detail = "; ".join(c.describe() for c in ctx.config_changes.get(change.key, []))
             findings.append(Finding("git-metadata", f"{where} was {change.change}" + (f": {detail}" if detail else ""), (where,)))
         elif change.owner is Owner.IN_PROGRESS:
@@ -242,7 +274,23 @@ def git_metadata(ctx: Context) -> list[Finding]:
         findings.append(Finding("git-metadata", f"{len(objs.altered)} existing object file(s) were rewritten", tuple(objs.altered)))
     if objs.removed:
         findings.append(Finding("git-metadata", f"{len(objs.removed)} existing object file(s) were removed", tuple(objs.removed)))
+    if ctx.forged_packs:
+        findings.append(Finding("git-metadata", "a new pack took existing objects but does not verify",
+                                tuple(ctx.forged_packs)))
+    elif objs.repacked:
+        findings.append(Finding("git-metadata", f"{len(objs.repacked)} loose object(s) were packed into a new, "
+                                "verified pack (git gc)", tuple(objs.new_packs), WARN))
     return findings
+
+
+def _maintenance(ctx: Context, key: str) -> str | None:
+    """What `git gc` rewrites besides packs: lists for dumb transports, and the commit-graph,
+    which ccm-guard's own git never reads and which is checked against the commits."""
+    if key in ("common/objects/info/packs", "common/info/refs"):
+        return "written by git gc / update-server-info"
+    if key.startswith("common/objects/info/commit-graph") and ctx.commit_graph_ok:
+        return "written by git gc; it verifies against the commits"
+    return None
 
 
 def _is_dir(ctx: Context, key: str) -> bool:

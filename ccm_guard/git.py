@@ -268,12 +268,10 @@ def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
     return res.returncode == 0
 
 
-def rev_list(repo: Repo, base: str, head: str) -> list[str]:
-    return run(["rev-list", "--reverse", f"{base}..{head}"], repo).out.split()
-
-
-def commit_subject(repo: Repo, commit: str) -> str:
-    return run(["log", "-1", "--no-decorate", "--format=%s", commit], repo).out.strip()
+def commits(repo: Repo, base: str, head: str) -> list[tuple[str, str]]:
+    """(sha, subject) of each commit in base..head, oldest first."""
+    out = run(["log", "--reverse", "--no-decorate", "-z", "--format=%H %s", f"{base}..{head}", "--"], repo).z()
+    return [(record[:record.index(" ")], record[record.index(" ") + 1:]) for record in out]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,10 +302,14 @@ class StatusEntry:
 
 
 def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
-    """`git status --porcelain=v2 -z` of the repo's work tree, every untracked file listed."""
+    """`git status --porcelain=v2 -z` of the repo's work tree, every untracked file listed.
+
+    With `ignored`, ignored paths come too ("!!"; a wholly ignored directory is one entry),
+    from the same walk of the work tree.
+    """
     args = ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none"]
     if ignored:
-        args.append("--ignored=traditional")
+        args.append("--ignored=matching")
     entries = []
     for record in run(args, repo).z():
         kind = record[0]
@@ -320,12 +322,6 @@ def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
             fields = record.split(" ", 10)
             entries.append(StatusEntry(fields[1], fields[10]))
     return entries
-
-
-def status_ignored(repo: Repo) -> list[str]:
-    """Ignored paths in the work tree (a wholly ignored directory is one entry)."""
-    args = ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames"]
-    return [record[2:] for record in run(args, repo).z() if record.startswith("! ")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +352,17 @@ def blob_at(repo: Repo, rev: str, path: str) -> str | None:
 def hash_file(repo: Repo, path: str) -> str | None:
     res = run(["hash-object", "--no-filters", "--", path], repo, check=False)
     return res.out.strip() if res.returncode == 0 else None
+
+
+def verify_commit_graph(repo: Repo) -> bool:
+    """Whether the commit-graph agrees with the commits it describes (git checks each one)."""
+    objects = repo.common_dir / "objects"
+    return run(["commit-graph", "verify", "--object-dir", str(objects)], repo, check=False).returncode == 0
+
+
+def verify_pack(idx: Path) -> bool:
+    """Whether a pack holds exactly the objects its index names (every object re-hashed)."""
+    return run(["verify-pack", str(idx)], check=False).returncode == 0
 
 
 def config_entries(path: Path) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
@@ -38,11 +39,14 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     command = runner.resolve_command(opts.command, os.environ, Path.cwd())
     plan = worktree.plan(opts.start, opts.task, opts.base)
     worktree.check_disk(plan)
-    pins, task = worktree.create(plan, registry, opts.command)
+    main = git.Repo(plan.main.git_dir, plan.main.common_dir, plan.main.toplevel)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Reading the person's checkout overlaps the checkout of the task's: both are I/O.
+        main_status = pool.submit(main_files, main)
+        pins, task = worktree.create(plan, registry, opts.command)
+        main_before = main_status.result()
     host = worktree.host_repo(pins.common_dir)
-    main = git.Repo(Path(task.main_git_dir), pins.common_dir, Path(task.main_worktree))
     before = snapshot(pins)
-    main_before = main_files(main)
     baseline = Path(task.log_dir, "baseline.json")
     baseline.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
@@ -108,18 +112,23 @@ def judge(
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
         ctx.repo = repo.distrust(reason)
-    elif main_before is not None:
-        try:
-            ctx.main_files_after = main_files(git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
-        except GitError as exc:
-            errors.append(f"could not read your checkout's status: {exc.message}")
+    else:
+        # The two walks of a work tree, the task's and the person's, run side by side.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            ctx.task_status = pool.submit(git.status, repo, ignored=True)
+            main_status = pool.submit(main_files, git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
+        if main_before is not None:
+            try:
+                ctx.main_files_after = main_status.result()
+            except GitError as exc:
+                errors.append(f"could not read your checkout's status: {exc.message}")
     results = gates.run_gates(ctx, gates.select(read_only, require_commit))
     head = ctx.head
     commits: list[tuple[str, str]] = []
     files: list[git.FileStat] = []
     if head and not reason and head != task.base:
         try:
-            commits = [(c, git.commit_subject(ctx.repo, c)) for c in git.rev_list(ctx.repo, task.base, head)]
+            commits = git.commits(ctx.repo, task.base, head)
             files = git.numstat(ctx.repo, task.base, head)
         except GitError as exc:
             errors.append(exc.message)
@@ -148,8 +157,9 @@ def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo
         verdict.disposition = "kept: its git metadata was tampered with, so ccm-guard ran no git to archive it"
         return
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    clean = any(g.name == "clean-tree" and g.status == "pass" for g in verdict.gates)
     try:
-        verdict.archive = worktree.archive(repo, host, task.id, task.base, verdict.head or task.base)
+        verdict.archive = worktree.archive(repo, host, task.id, task.base, verdict.head or task.base, clean)
     except GitError as exc:
         verdict.disposition = "kept: the archive could not be made, so nothing was removed"
         verdict.errors.append(exc.message)

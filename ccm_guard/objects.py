@@ -49,17 +49,41 @@ class ObjectDelta:
     added: int
     removed: list[str]
     altered: list[str]  # existing objects whose content no longer matches their name
+    # Loose objects that left for a pack that appeared in the same run (a `git gc --auto`
+    # of the person's can run at any time), and the new packs that claim to hold them.
+    repacked: list[str] = dataclasses.field(default_factory=list)
+    new_packs: list[str] = dataclasses.field(default_factory=list)
 
 
 def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Identity]) -> ObjectDelta:
-    removed = sorted(set(before) - set(after))
-    added = len(set(after) - set(before))
+    gone = sorted(set(before) - set(after))
+    new = sorted(set(after) - set(before))
     altered = [
         rel
         for rel, ident in before.items()
         if rel in after and after[rel] != ident and not verify(objects_dir / rel, before_size=ident[1])
     ]
-    return ObjectDelta(added, removed, sorted(altered))
+    new_packs = [rel for rel in new if rel.startswith("pack/") and rel.endswith(".idx")]
+    loose = [rel for rel in gone if _is_fanout(rel[:2])]
+    packed: set[str] = set()
+    for rel in new_packs if loose else []:
+        packed |= pack_names(objects_dir / rel, len(loose[0].replace("/", "")) // 2)
+    repacked = [rel for rel in loose if rel.replace("/", "") in packed]
+    removed = [rel for rel in gone if rel not in repacked]
+    return ObjectDelta(len(new), removed, sorted(altered), repacked, new_packs)
+
+
+def pack_names(idx: Path, oid_len: int) -> set[str]:
+    """The object names a version-2 pack index lists (empty if it is anything else)."""
+    try:
+        data = _read(idx)
+    except OSError:
+        return set()
+    if data[:8] != b"\xfftOc\0\0\0\x02" or len(data) < 8 + 1024:
+        return set()
+    count = int.from_bytes(data[8 + 255 * 4: 8 + 256 * 4], "big")
+    start = 8 + 1024
+    return {data[start + i * oid_len: start + (i + 1) * oid_len].hex() for i in range(count)}
 
 
 def verify(path: Path, before_size: int) -> bool:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import git
+from . import git, indexfile
 from .errors import GitError, RepoError, UsageError
 from .registry import Registry, Task, home
 from .snapshot import Pins
@@ -98,12 +98,14 @@ def _has_any_commit(host: git.Repo) -> bool:
 
 
 def check_disk(p: Plan) -> None:
-    files, total = git.tree_size(host_repo(p.main.common_dir), p.base)
+    # The person's index is a close estimate of what the checkout writes, and cheap to read.
+    estimate = indexfile.sizes(p.main.git_dir / "index", len(p.base) // 2)
+    files, total = estimate or git.tree_size(host_repo(p.main.common_dir), p.base)
     parent = _existing_parent(p.worktree)
     st = os.statvfs(parent)
     free = st.f_bavail * st.f_frsize
-    # Each file costs at least a block; leave 5% of the disk as a margin.
-    need = total + files * st.f_frsize + st.f_blocks * st.f_frsize // 20
+    # Each file costs at least a block; keep a margin for git's metadata and the agent.
+    need = total + files * st.f_frsize + 64 * 2**20 + total // 10
     if free < need:
         raise RepoError(
             f"not enough disk space for the checkout: need about {_mb(need)} ({files} files), "
@@ -208,13 +210,14 @@ def _admin_dirs_pointing_at(common: Path, worktree: Path) -> list[Path]:
     return found
 
 
-def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: str) -> str | None:
+def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: str, clean: bool = False) -> str | None:
     """Save all of the task's work, committed and not, under refs/ccm-guard/archive/<task>.
 
+    `clean` (the clean-tree gate passed) spares building a commit of the work tree.
     Returns the archive ref, or None when there was no work at all to keep.
     """
-    commit = git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n", IDENTITY)
-    if _tree(host, commit) == _tree(host, head):
+    commit = head if clean else git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n", IDENTITY)
+    if commit == head or _tree(host, commit) == _tree(host, head):
         if head == base:
             return None
         commit = head  # everything is committed: the branch tip is the archive

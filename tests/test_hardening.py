@@ -10,15 +10,17 @@ Planted code appends a line to a marker file; the marker must not exist after `e
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from conftest import AUTHOR, ExecResult, ccm, git, make_repo, run_exec, write_agent
+from conftest import AUTHOR, ExecResult, ccm, git, make_repo, run_exec, spawn_exec, write_agent
 
 COMMIT = 'echo "agent work" > work.txt; git add -A; git commit -q -m "agent work"'
 
@@ -582,3 +584,39 @@ def test_a_self_ignoring_gitignore_does_not_hide_leftovers_from_clean_tree(repo:
     assert (worktree / "evil.sh").exists() and git(worktree, "status", "--porcelain") == ""  # hidden from git
     assert res.status("clean-tree") == "fail", res.gate("clean-tree")
     assert "evil.sh" in all_paths(res, "clean-tree")
+
+
+# --- 8. the person's own maintenance is not an attack ---------------------------------------------
+
+
+def test_persons_gc_during_the_run_packs_loose_objects_and_passes(repo: Path, tmp_path: Path) -> None:
+    """What a background `git gc --auto` does: loose objects into a new pack, refs packed, a commit-graph."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    agent = write_agent(tmp_path, f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done\n{COMMIT}")
+    run = spawn_exec(repo, "--json", "--task", "gc", "--", str(agent))
+    while not started.exists():
+        time.sleep(0.02)
+    loose_before = [p for p in (repo / ".git/objects").glob("??/*")]
+    for args in (["repack", "-d", "-l"], ["pack-refs", "--all"], ["commit-graph", "write", "--reachable"]):
+        plain_git(repo, *args)
+    go.touch()
+    out, err = run.communicate(timeout=60)
+    verdict = json.loads(out)
+    assert loose_before and not any(p.exists() for p in loose_before)  # gc really packed them
+    assert run.returncode == 0, out + err
+    gate = next(g for g in verdict["gates"] if g["name"] == "git-metadata")
+    assert gate["status"] == "warn"
+    reasons = " | ".join(f["reason"] for f in gate["findings"])
+    assert "packed into a new, verified pack" in reasons and "commit-graph" in reasons
+
+
+def test_forged_commit_graph_fails(repo: Path, tmp_path: Path) -> None:
+    """A commit-graph that lies about the commits would mislead the person's next git log."""
+    agent = write_agent(tmp_path, f"""{COMMIT}
+git commit-graph write --reachable
+graph=$(git rev-parse --git-common-dir)/objects/info/commit-graph
+python3 -c "import sys; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); d[len(d)//2]^=1; open(p,'wb').write(d)" "$graph" """)
+    res = run_exec(repo, agent, "--task", "cg")
+    assert plain_git(repo, "commit-graph", "verify").returncode != 0  # the graph really is forged
+    assert res.code == 1
+    assert "objects/info/commit-graph was added" in res.reasons("git-metadata")

@@ -173,3 +173,36 @@ def test_failing_disk_during_worktree_add_leaves_nothing(repo: Path, fp) -> None
     assert registry.list(live_only=False) == []
     assert list(Path(os.environ["CCM_GUARD_HOME"]).glob("worktrees/*/enospc")) == []
     assert gitcmd(repo, "for-each-ref", "refs/heads/ccm/") == ""
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_index_sizes_match_the_files(repo: Path, version: str) -> None:
+    from ccm_guard import indexfile
+
+    (repo / "docs").mkdir()
+    (repo / "docs/a much longer name for prefix compression.txt").write_text("x" * 1234)
+    (repo / "docs/a much longer name for prefix compression 2.txt").write_text("y" * 10)
+    gitcmd(repo, "add", "-A")
+    gitcmd(repo, "update-index", "--index-version", version)
+    if version == "3":
+        gitcmd(repo, "update-index", "--skip-worktree", "--", "README.md")  # an extended flag
+    files = gitcmd(repo, "ls-files", "-z").split("\0")
+    expected = sum((repo / f).stat().st_size for f in files if f)
+    assert indexfile.sizes(repo / ".git/index") == (len([f for f in files if f]), expected)
+
+
+def test_index_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    from ccm_guard import indexfile
+
+    (tmp_path / "index").write_bytes(b"DIRC\0\0\0\2\0\0\0\5garbage")
+    assert indexfile.sizes(tmp_path / "index") is None
+    assert indexfile.sizes(tmp_path / "missing") is None
+
+
+def test_pack_index_names_are_read(repo: Path) -> None:
+    gitcmd(repo, "repack", "-a", "-d", "-q")
+    (idx,) = (repo / ".git/objects/pack").glob("*.idx")
+    names = objects.pack_names(idx, 20)
+    assert gitcmd(repo, "rev-parse", "HEAD") in names
+    assert len(names) == len(gitcmd(repo, "rev-list", "--objects", "--all").splitlines())
+    assert git.verify_pack(idx)
