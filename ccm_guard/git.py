@@ -189,14 +189,13 @@ def discover(path: Path) -> Discovered:
     """Find the repository that holds `path`; refuse what exec cannot use."""
     if not path.is_dir():
         raise RepoError(f"{path} is not a directory: run ccm-guard inside a git repository or pass --repo")
-    res = run(
-        ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"],
-        cwd=path,
-        check=False,
-    )
+    query = ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"]
+    res = run([*query, "--show-toplevel"], cwd=path, check=False)
+    if res.returncode != 0:  # no work tree, or no repository at all: ask again to tell which
+        res = run(query, cwd=path, check=False)
     if res.returncode != 0:
         raise RepoError(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
-    bare, git_dir, common = res.out.splitlines()[:3]
+    bare, git_dir, common, *top = res.out.splitlines()
     if bare == "true":
         raise RepoError(
             f"{git_dir} is a bare repository: ccm-guard needs a checkout; clone it first "
@@ -205,13 +204,12 @@ def discover(path: Path) -> Discovered:
     common_path = Path(common)
     if not common_path.is_absolute():
         common_path = Path(path, common_path)
-    top = run(["rev-parse", "--show-toplevel"], cwd=path, check=False)
-    if top.returncode != 0:
+    if not top:
         raise RepoError(f"{path} is inside a git directory, not a work tree: cd into the checkout")
     return Discovered(
         git_dir=Path(os.path.realpath(git_dir)),
         common_dir=Path(os.path.realpath(common_path)),
-        toplevel=Path(os.path.realpath(top.out.strip())),
+        toplevel=Path(os.path.realpath(top[0])),
     )
 
 

@@ -177,16 +177,40 @@ def reap() -> None:
             return
 
 
+def _live_members(pgid: int) -> bool:
+    """Whether any process of the group is still alive (zombies only wait to be reaped)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _wait_group(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _live_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def kill_group(pgid: int, grace: float) -> None:
-    """TERM the agent's process group, give it `grace` seconds, then KILL it."""
+    """TERM the agent's process group, give it `grace` seconds, then KILL it and wait.
+
+    Waiting for the KILL to land matters: a process still dying when the gates look
+    would be reported as left running.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.05)
+    if _wait_group(pgid, grace):
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+    _wait_group(pgid, 5.0)

@@ -105,6 +105,8 @@ class Registry:
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self.db.execute("PRAGMA busy_timeout = 30000")
             self.db.execute("PRAGMA journal_mode = WAL")
+            # With WAL, NORMAL cannot corrupt the file; it only skips an fsync per transaction.
+            self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc

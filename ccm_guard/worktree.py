@@ -75,9 +75,9 @@ class Plan:
 def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
     main = git.discover(start)
     host = host_repo(main.common_dir)
-    if git.resolve_commit(host, "HEAD") is None and not _has_any_commit(host):
-        raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")
     base = git.resolve_commit(git.Repo(main.git_dir, main.common_dir, main.toplevel), base_rev)
+    if base is None and not _has_any_commit(host):
+        raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")
     if base is None:
         raise RepoError(f"--base {base_rev!r} does not name a commit in {main.toplevel}: check `git log`")
     task = sanitise_task_id(task_id) if task_id else new_task_id()
