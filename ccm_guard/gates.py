@@ -1,129 +1,18 @@
 """The hygiene gates: small functions from a run's before/after to findings.
 
-A gate returns its findings (each with a one-line reason and the paths involved) or
-raises `Skipped` when it cannot judge (git refused on a tampered repository). A new
-gate is one function and one line in GATES.
+Each has a stable id (its key in GATES), gives a one-line reason and the paths involved
+per finding, and is one function and one line in GATES.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from concurrent.futures import Future
-from typing import Callable, Mapping, TypeVar
+from typing import Callable
 
-from . import configfile, git
-from .errors import GitError, UntrustedRepoError
-from .delta import Delta, FileChange, Owner, RefChange
-from .snapshot import Pins, Snapshot
-
-FAIL = "fail"
-WARN = "warn"
-MAX_PATHS = 20  # per finding in the human verdict; --json has them all
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    gate: str
-    reason: str
-    paths: tuple[str, ...] = ()
-    severity: str = FAIL
-
-
-class Skipped(Exception):
-    """The gate could not judge; the reason says why (and the verdict fails)."""
-
-
-@dataclasses.dataclass
-class Context:
-    pins: Pins
-    repo: git.Repo  # the task's worktree, pinned; `untrusted` once metadata was tampered with
-    base: str
-    before: Snapshot
-    after: Snapshot
-    delta: Delta
-    main_files_before: Mapping[str, str] | None  # the person's dirty/untracked files -> identity
-    main_files_after: Mapping[str, str] | None
-    other_tasks: Mapping[str, str]  # admin dir name -> branch ref, of the other registered tasks
-    leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
-    # The task worktree's status (ignored paths included), when it was read ahead in parallel.
-    task_status: Future[list[git.StatusEntry]] | None = None
-
-    def status(self) -> list[git.StatusEntry]:
-        if self.task_status is None:
-            self.task_status = Future()
-            try:
-                self.task_status.set_result(git.status(self.repo, ignored=True))
-            except Exception as exc:
-                self.task_status.set_exception(exc)
-        return _git(self.task_status.result)
-
-    @property
-    def head(self) -> str | None:
-        value = self.after.refs.get(self.pins.branch_ref)
-        return value if value and len(value) >= 40 and " " not in value else None
-
-    @functools.cached_property
-    def config_changes(self) -> dict[str, list[configfile.ConfigChange]]:
-        """Key-by-key changes of every changed config file (parsing runs no code)."""
-        found = {}
-        for change in self.delta.files:
-            name = change.key.rsplit("/", 1)[-1]
-            if change.key.startswith("include/") or name in ("config", "config.worktree"):
-                found[change.key] = configfile.diff(
-                    self.before.contents.get(change.key), self.after.contents.get(change.key)
-                )
-        return found
-
-    @functools.cached_property
-    def forged_packs(self) -> list[str]:
-        """New packs that took loose objects but do not verify (an honest gc's always do)."""
-        objs = self.delta.objects
-        if not objs.repacked:
-            return []
-        return [p for p in objs.new_packs if not git.verify_pack(self.pins.common_dir / "objects" / p)]
-
-    @functools.cached_property
-    def commit_graph_ok(self) -> bool:
-        """A rewritten commit-graph is what `git gc` leaves, if it describes the real commits."""
-        try:
-            return git.verify_commit_graph(self.repo)
-        except GitError:
-            return False
-
-    def ignored_worktree(self, key: str) -> bool:
-        """Another registered task's admin dir: that task's own gates judge it."""
-        parts = key.split("/")
-        return len(parts) > 2 and parts[1] == "worktrees" and parts[2] in self.other_tasks
-
-
-def untrusted_reason(ctx: Context) -> str | None:
-    """Why ccm-guard must not run git on this repository any more, if it must not."""
-    for key, changes in ctx.config_changes.items():
-        if ctx.ignored_worktree(key):
-            continue
-        dangerous = [c.key for c in changes if c.dangerous]
-        if dangerous or key.startswith("include/"):
-            return f"{_name(key)} gained keys that run code or steer git ({', '.join(dangerous) or 'include'})"
-    # git reads a worktree's `commondir` itself for its refs, whatever GIT_COMMON_DIR says,
-    # and `gitdir` when removing it; alternates, shallow and rewritten objects change what
-    # history it sees.
-    own = f"common/worktrees/{ctx.pins.admin_name}/"
-    for key in ("common/objects/info/alternates", "common/shallow", "pointer", own + "commondir", own + "gitdir"):
-        if ctx.delta.changed(key):
-            return f"{_name(key)} was changed"
-    if ctx.delta.objects.altered or ctx.delta.objects.removed or ctx.forged_packs:
-        return "existing objects were rewritten or removed"
-    return None
-
-
-def _name(key: str) -> str:
-    if key == "pointer":
-        return ".git (the worktree's pointer file)"
-    return key.split("/", 1)[1] if "/" in key else key
-
-
-# --- the gates -------------------------------------------------------------------------------
+from . import git
+from .context import FAIL, WARN, Context, Finding, Skipped, display, git_or_skip
+from .delta import FileChange, Owner, RefChange
+from .errors import GitError
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
@@ -140,7 +29,7 @@ def clean_tree(ctx: Context) -> list[Finding]:
 
 def _hidden_by_new_ignore_rules(ctx: Context, ignored: list[str]) -> list[Finding]:
     """Ignored files are build output, unless an ignore file the run changed hides them."""
-    rules = _git(lambda: git.check_ignore(ctx.repo, ignored))
+    rules = git_or_skip(lambda: git.check_ignore(ctx.repo, ignored))
     changed: dict[str, bool] = {}
     hidden: list[str] = []
     culprits: list[str] = []
@@ -165,7 +54,7 @@ def new_commit(ctx: Context) -> list[Finding]:
         return [Finding("new-commit", f"branch {ctx.pins.branch} is gone or no longer a plain branch", (ctx.pins.branch_ref,))]
     if head == ctx.base:
         return [Finding("new-commit", f"no new commit on {ctx.pins.branch}: the agent must commit its work")]
-    if not _git(lambda: git.is_ancestor(ctx.repo, ctx.base, head)):
+    if not git_or_skip(lambda: git.is_ancestor(ctx.repo, ctx.base, head)):
         return [Finding("new-commit", f"{ctx.pins.branch} was rewritten: the base {ctx.base[:12]} is no longer in its history")]
     return []
 
@@ -248,7 +137,7 @@ def git_metadata(ctx: Context) -> list[Finding]:
     for change in ctx.delta.files:
         if ctx.ignored_worktree(change.key):
             continue
-        where = _name(change.key)
+        where = display(change.key)
         if change.change != "modified" and _is_dir(ctx, change.key):
             continue  # an empty directory changes nothing; what is put in it is reported
         maintenance = _maintenance(ctx, change.key)
@@ -308,7 +197,7 @@ def _state_change(ctx: Context, change: FileChange, gate: str, prefix: str, plac
     Every git command that moves HEAD or starts a merge or rebase writes that worktree's
     index too; when the index content stayed the same, it was not a git command.
     """
-    where = _name(change.key)
+    where = display(change.key)
     if change.key == prefix + "index":
         return None
     if not ctx.delta.changed(prefix + "index") and (change.key == prefix + "HEAD" or change.change == "added"):
@@ -337,15 +226,6 @@ def processes(ctx: Context) -> list[Finding]:
     return [Finding("processes", f"{len(ctx.leftovers)} process(es) the agent started were still running and were killed",
                     ctx.leftovers)]
 
-
-T = TypeVar("T")
-
-
-def _git(call: Callable[[], T]) -> T:
-    try:
-        return call()
-    except UntrustedRepoError as exc:
-        raise Skipped(exc.message) from exc
 
 Gate = Callable[[Context], list[Finding]]
 GATES: dict[str, Gate] = {

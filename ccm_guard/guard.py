@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import configfile, gates, git, processes, runner, worktree
+from .context import Context, Finding, untrusted_reason
 from .delta import compare
 from .errors import GitError, RepoError, StateError
 from .registry import Registry, Task
@@ -107,8 +108,8 @@ def judge(
         if t.id != task.id
     }
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    ctx = gates.Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers)
-    reason = gates.untrusted_reason(ctx)
+    ctx = Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers)
+    reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
         ctx.repo = repo.distrust(reason)
@@ -236,11 +237,11 @@ def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, 
     # No snapshot was taken before: the gates see the head and nothing else.
     empty = Snapshot({}, {}, {}, {}, 0.0)
     now = Snapshot({}, {}, {pins.branch_ref: head} if head else {}, {}, 0.0)
-    ctx = gates.Context(pins, repo, base or "", empty, now, compare(empty, empty, pins, found.git_dir), None, None, {})
+    ctx = Context(pins, repo, base or "", empty, now, compare(empty, empty, pins, found.git_dir), None, None, {})
     names = ["clean-tree"] + ([] if read_only or not require_commit or base_ref is None else ["new-commit"])
     results = gates.run_gates(ctx, names)
     if reason:
-        results.append(gates.GateResult("git-metadata", "fail", (gates.Finding("git-metadata", reason),)))
+        results.append(gates.GateResult("git-metadata", "fail", (Finding("git-metadata", reason),)))
     return Verdict(task="(not a ccm-guard task)", branch=pins.branch, base=base or "", head=head,
                    repo=str(found.toplevel), worktree=str(found.toplevel), log_dir="", agent=None,
                    commits=[], files=[], gates=results, disposition="not managed by ccm-guard")

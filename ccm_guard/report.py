@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 from .errors import ExitCode
-from .gates import MAX_PATHS, GateResult
+from .context import MAX_PATHS
+from .gates import GateResult
 from .git import FileStat
 from .runner import AgentResult
 
