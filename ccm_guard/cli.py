@@ -72,9 +72,13 @@ def main() -> None:
               help="Stop the agent's whole process group after this long (TERM, grace, KILL).")
 @click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
               help="Time between TERM and KILL when stopping the agent.")
-@click.option("--read-only", is_flag=True, help="A reviewer's run: HEAD and the branch must not move.")
-@click.option("--require-commit/--no-require-commit", default=True, show_default=True,
-              help="Fail unless the agent made at least one new commit.")
+@click.option("--role", metavar="ROLE",
+              help="The agent's role: implementor (default), test-writer, reviewer, qa, or one from the policy.")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A policy file applied on top of the built-in, user and repository policies.")
+@click.option("--read-only", is_flag=True, help="Force a read-only run: HEAD and the branch must not move.")
+@click.option("--require-commit/--no-require-commit", default=None,
+              help="Fail unless the agent made a new commit (default: as the role says).")
 @click.option("--on-fail", type=click.Choice(["keep", "discard"]), default="keep", show_default=True,
               help="On failure keep the worktree, or archive all work to refs/ccm-guard/archive/<task> and remove it.")
 @click.option("--cleanup", is_flag=True, help="On pass, archive the work and remove worktree and branch.")
@@ -86,9 +90,9 @@ def main() -> None:
               help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handled
-def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, read_only: bool,
-             require_commit: bool, on_fail: str, cleanup: bool, keep_env: tuple[str, ...],
-             terminal: bool | None, as_json: bool, command: tuple[str, ...]) -> None:
+def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, role: str | None,
+             policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
+             keep_env: tuple[str, ...], terminal: bool | None, as_json: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b
@@ -111,7 +115,8 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
 
     opts = ExecOptions(
         command=list(command), start=repo.resolve(), task=task_id, base=base, timeout=timeout,
-        grace=grace, read_only=read_only, require_commit=require_commit and not read_only,
+        grace=grace, role=role, policy=policy_file.resolve() if policy_file else None, read_only=read_only,
+        require_commit=require_commit,
         on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
         terminal=False if as_json and terminal is None else terminal,
     )
@@ -124,10 +129,11 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
 @click.argument("target", required=False, metavar="[TASK|PATH]")
 @click.option("--base", metavar="REF", help="For a worktree ccm-guard did not create: the branch its work started from.")
 @click.option("--read-only", is_flag=True, help="Judge as a read-only run (HEAD must not have moved).")
-@click.option("--require-commit/--no-require-commit", default=True, show_default=True)
+@click.option("--require-commit/--no-require-commit", default=None,
+              help="Override whether a new commit is required (default: as the task's run was judged).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @handled
-def audit(target: str | None, base: str | None, read_only: bool, require_commit: bool, as_json: bool) -> None:
+def audit(target: str | None, base: str | None, read_only: bool, require_commit: bool | None, as_json: bool) -> None:
     """Run the gates again on a finished worktree.
 
     For a ccm-guard task (by id, or a path inside its worktree) the gates compare against
@@ -135,11 +141,11 @@ def audit(target: str | None, base: str | None, read_only: bool, require_commit:
     that need no earlier snapshot run (clean-tree; new-commit against the merge-base
     with --base).
     """
-    from .guard import audit_target
+    from .audit import audit_target
     from .registry import Registry
     from .report import render, to_json
 
-    verdict = audit_target(target, base, Registry(), read_only, require_commit and not read_only)
+    verdict = audit_target(target, base, Registry(), read_only, require_commit)
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(0 if verdict.gates_passed else int(ExitCode.GATES_FAILED))
 
@@ -191,6 +197,89 @@ def task_show(task_id: str, as_json: bool) -> None:
         v = json.loads(t.verdict)
         failed = [g["name"] for g in v["gates"] if g["status"] in ("fail", "skipped")]
         click.echo(f"{'verdict:':15} {v['outcome']}" + (f" (failed: {', '.join(failed)})" if failed else ""))
+
+
+@main.group(context_settings=CONTEXT)
+def policy() -> None:
+    """Roles and their path rules: show the effective policy, or check a file.
+
+    \b
+    Layers, later ones winning key by key: the built-in roles (implementor, test-writer,
+    reviewer, qa); $CCM_GUARD_HOME/policy.toml; the repository's .ccm-guard.toml (or
+    [tool.ccm-guard] in pyproject.toml) as committed; --policy FILE. exec reads the
+    repository's file from the task's base commit, never from the agent's worktree.
+
+    \b
+    Example .ccm-guard.toml:
+      default_role = "implementor"
+      [roles.docs-writer]
+      extends = "implementor"
+      allow = ["docs/", "*.md"]
+      [roles.docs-writer.limits]
+      max_files = 20
+    """
+
+
+@policy.command("show", context_settings=CONTEXT)
+@click.option("--role", metavar="ROLE", help="Only this role (default: all).")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def policy_show(role: str | None, policy_file: Path | None, as_json: bool) -> None:
+    """Print the effective policy of this repository and where each value came from."""
+    from . import policy as pol
+
+    _, effective = pol.for_checkout(Path.cwd(), "HEAD", policy_file)
+    names = [effective.role(role).name] if role else sorted(effective.roles)
+    data = {"default_role": effective.default_role, "files": effective.files,
+            "roles": {n: pol.describe(effective.roles[n]) for n in names}}
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"default role: {effective.default_role}   files: {', '.join(effective.files) or '(built-in only)'}")
+    for name, values in data["roles"].items():  # type: ignore[attr-defined]
+        click.echo(f"[roles.{name}]")
+        for key, item in values.items():
+            click.echo(f"  {key} = {json.dumps(item['value'])}    # {item['from']}")
+
+
+@policy.command("check", context_settings=CONTEXT)
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@handled
+def policy_check(file: Path | None) -> None:
+    """Validate a policy file (default: .ccm-guard.toml in the current directory)."""
+    from . import policy as pol
+
+    path = file or Path(pol.POLICY_FILE)
+    effective = pol.build([pol.read_file(path)])
+    click.echo(f"{path}: ok ({len(effective.roles)} roles, default {effective.default_role})")
+
+
+@main.command("check-paths", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.argument("rev_range", required=False, metavar="[REV-RANGE]")
+@click.option("--staged", is_flag=True, help="Check what is staged for the next commit (the default).")
+@click.option("--role", metavar="ROLE", help="The role whose rules apply (default: the policy's default role).")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
+@click.option("--json", "as_json", is_flag=True)
+@handled
+def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_file: Path | None,
+                as_json: bool) -> None:
+    """Check paths against a role's rules, outside exec: what is staged, or each commit of a range.
+
+    \b
+      ccm-guard check-paths --role test-writer            # the staged change
+      ccm-guard check-paths --role test-writer main..HEAD # every commit of a branch
+    The policy is read as committed at HEAD. Exit 1 when a path breaks a rule.
+    """
+    from .pathcheck import check_paths_command
+
+    violations = check_paths_command(Path.cwd(), rev_range if not staged else None, role, policy_file)
+    if as_json:
+        click.echo(json.dumps([v.__dict__ for v in violations], indent=2))
+    else:
+        for v in violations:
+            click.echo(("warning: " if v.severity == "warn" else "") + v.line())
+    sys.exit(1 if any(v.severity == "fail" for v in violations) else 0)
 
 
 @main.command(context_settings=CONTEXT)

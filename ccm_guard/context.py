@@ -15,6 +15,8 @@ from typing import Callable, Mapping, TypeVar
 from . import configfile, git
 from .delta import Delta
 from .errors import GitError, UntrustedRepoError
+from .pathcheck import PathChange, from_raw, from_status
+from .policy import Role
 from .snapshot import Pins, Snapshot
 
 FAIL = "fail"
@@ -48,6 +50,7 @@ class Context:
     leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
     # The task worktree's status (ignored paths included), when it was read ahead in parallel.
     task_status: Future[list[git.StatusEntry]] | None = None
+    role: Role | None = None  # the role whose path rules and limits apply (None: no policy)
 
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:
@@ -57,6 +60,13 @@ class Context:
             except Exception as exc:
                 self.task_status.set_exception(exc)
         return git_or_skip(self.task_status.result)
+
+    @functools.cached_property
+    def path_changes(self) -> list[PathChange]:
+        """Every path the run changed: commit by commit, then what is left in the work tree."""
+        head = self.head
+        committed = git.commit_changes(self.repo, self.base, head) if head and head != self.base else []
+        return from_raw(committed) + from_status(self.status(), self.pins.worktree)
 
     @property
     def head(self) -> str | None:

@@ -15,6 +15,7 @@ from .delta import FileChange, Owner, RefChange
 from .errors import GitError
 
 
+
 def clean_tree(ctx: Context) -> list[Finding]:
     entries = ctx.status()
     findings = _hidden_by_new_ignore_rules(ctx, [e.path for e in entries if e.code == "!!"])
@@ -220,6 +221,46 @@ def main_checkout(ctx: Context) -> list[Finding]:
     return findings
 
 
+def path_policy(ctx: Context) -> list[Finding]:
+    """Every changed path against the role's allow/forbid rules, symlinks, gitlinks, twins."""
+    if ctx.role is None:
+        return []
+    from .pathcheck import check, link_targets
+    from .pathrules import Rules
+
+    changes = git_or_skip(lambda: ctx.path_changes)
+    target = git_or_skip(lambda: link_targets(ctx.repo, changes, ctx.pins.worktree))
+
+    def final_paths() -> list[str]:
+        tracked = git.tree_paths(ctx.repo, ctx.head) if ctx.head else []
+        return tracked + [c.path for c in changes if c.status == "?"]
+
+    rules = Rules(ctx.role.allow, ctx.role.forbid)
+    return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
+            for v in check(changes, rules, target, final_paths)]
+
+
+def limits(ctx: Context) -> list[Finding]:
+    """The role's limits: the largest file, bytes added, files changed, commits made."""
+    if ctx.role is None:
+        return []
+    from .pathcheck import measure
+
+    lim = ctx.role.limits
+    head = ctx.head
+    commits = len(git_or_skip(lambda: git.commits(ctx.repo, ctx.base, head))) if head and head != ctx.base else 0
+    fig = git_or_skip(lambda: measure(ctx.path_changes, commits, ctx.repo, ctx.pins.worktree))
+    checks = [
+        (lim.max_file_bytes, fig.largest[0], f"the largest file, {fig.largest[1]!r}, has {fig.largest[0]} bytes",
+         (fig.largest[1],)),
+        (lim.max_added_bytes, fig.added_bytes, f"the run added {fig.added_bytes} bytes", ()),
+        (lim.max_files, fig.files, f"the run changed {fig.files} files", ()),
+        (lim.max_commits, fig.commits, f"the run made {fig.commits} commits", ()),
+    ]
+    return [Finding("limits", f"{what}; the limit is {limit}", paths)
+            for limit, value, what, paths in checks if limit is not None and value > limit]
+
+
 def processes(ctx: Context) -> list[Finding]:
     if not ctx.leftovers:
         return []
@@ -235,17 +276,21 @@ GATES: dict[str, Gate] = {
     "main-checkout": main_checkout,
     "new-commit": new_commit,
     "head-frozen": head_frozen,
+    "path-policy": path_policy,
+    "limits": limits,
     "clean-tree": clean_tree,
 }
 
 
-def select(read_only: bool, require_commit: bool) -> list[str]:
-    """The gates a run's options ask for, in the order they are reported."""
+def select(read_only: bool, require_commit: bool, with_policy: bool = True) -> list[str]:
+    """The gates a run's role and options ask for, in the order they are reported."""
     names = ["processes", "git-metadata", "refs-untouched", "main-checkout"]
     if read_only:
         names.append("head-frozen")
     elif require_commit:
         names.append("new-commit")
+    if with_policy:
+        names += ["path-policy", "limits"]
     names.append("clean-tree")
     return names
 

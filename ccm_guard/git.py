@@ -297,6 +297,9 @@ def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
 class StatusEntry:
     code: str  # "??" untracked, "!!" ignored, "UU"-style unmerged, else the XY pair
     path: str
+    head_mode: str = "000000"  # the mode in HEAD and in the work tree (tracked entries only)
+    worktree_mode: str = "000000"
+    head_blob: str = ""  # the object in HEAD (tracked entries only)
 
 
 def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
@@ -315,10 +318,10 @@ def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
             entries.append(StatusEntry(kind * 2, record[2:]))
         elif kind == "1":
             fields = record.split(" ", 8)
-            entries.append(StatusEntry(fields[1], fields[8]))
+            entries.append(StatusEntry(fields[1], fields[8], fields[3], fields[5], fields[6]))
         elif kind == "u":
             fields = record.split(" ", 10)
-            entries.append(StatusEntry(fields[1], fields[10]))
+            entries.append(StatusEntry(fields[1], fields[10], fields[3], fields[6], fields[7]))
     return entries
 
 
@@ -361,6 +364,82 @@ def verify_commit_graph(repo: Repo) -> bool:
 def verify_pack(idx: Path) -> bool:
     """Whether a pack holds exactly the objects its index names (every object re-hashed)."""
     return run(["verify-pack", str(idx)], check=False).returncode == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RawChange:
+    """One path changed, as `git diff --raw` reports it (renames split into delete + add)."""
+
+    path: str
+    status: str  # A, M, D, T
+    old_mode: str
+    new_mode: str
+    old_blob: str
+    new_blob: str
+    where: str  # the commit that made the change, or "staged"
+
+
+def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
+    changes = []
+    it = iter(tokens)
+    for token in it:
+        token = token.lstrip("\n")
+        if token.startswith("commit "):
+            where = token[len("commit "):]
+        elif token.startswith(":"):
+            old_mode, new_mode, old_blob, new_blob, status = token[1:].split(" ")
+            changes.append(RawChange(next(it), status[0], old_mode, new_mode, old_blob, new_blob, where))
+    return changes
+
+
+def commit_changes(repo: Repo, base: str, head: str) -> list[RawChange]:
+    """Every path each commit in base..head changed against its first parent, oldest first.
+
+    Per commit, not base..head as a whole: a forbidden file changed and changed back,
+    or a change brought in by a merge, is still seen.
+    """
+    out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=first-parent",
+               "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
+    return _parse_raw(out.split("\0"), "")
+
+
+def staged_changes(repo: Repo) -> list[RawChange]:
+    out = run(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff"], repo).out
+    return _parse_raw(out.split("\0"), "staged")
+
+
+def blobs(repo: Repo, ids: list[str]) -> dict[str, bytes]:
+    """The contents of blobs by id, in one `cat-file --batch`."""
+    if not ids:
+        return {}
+    out = run(["cat-file", "--batch"], repo, input="".join(f"{i}\n" for i in ids).encode()).stdout
+    found: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(out):
+        header_end = out.index(b"\n", pos)
+        oid, kind, size = out[pos:header_end].decode().split(" ")
+        start = header_end + 1
+        found[oid] = out[start:start + int(size)]
+        pos = start + int(size) + 1
+    return found
+
+
+def blob_sizes(repo: Repo, ids: list[str]) -> dict[str, int]:
+    if not ids:
+        return {}
+    out = run(["cat-file", "--batch-check=%(objectname) %(objectsize)"], repo,
+              input="".join(f"{i}\n" for i in ids).encode()).out
+    return {oid: int(size) for oid, _, size in (line.partition(" ") for line in out.splitlines()) if size.isdigit()}
+
+
+def tree_paths(repo: Repo, rev: str) -> list[str]:
+    return run(["ls-tree", "-r", "-z", "--name-only", "--full-tree", rev], repo).z()
+
+
+def file_at(repo: Repo, rev: str, path: str) -> bytes | None:
+    """A file's content at a commit, or None if it has none there."""
+    oid = blob_at(repo, rev, path)
+    return blobs(repo, [oid]).get(oid) if oid else None
 
 
 def config_entries(path: Path) -> list[tuple[str, str]]:

@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
-from . import configfile, gates, git, processes, runner, worktree
-from .context import Context, Finding, untrusted_reason
+from . import configfile, gates, git, policy, processes, runner, worktree
+from .context import Context, untrusted_reason
 from .delta import compare
-from .errors import GitError, RepoError, StateError
+from .errors import GitError
+from .policy import Role
 from .registry import Registry, Task
 from .report import Verdict
 from .snapshot import Pins, Snapshot, take
@@ -27,8 +28,10 @@ class ExecOptions:
     base: str = "HEAD"
     timeout: float | None = None
     grace: float = 5.0
-    read_only: bool = False
-    require_commit: bool = True
+    role: str | None = None  # None: the policy's default role
+    policy: Path | None = None  # --policy FILE, on top of the built-in, user and repository policies
+    read_only: bool = False  # forces a read-only run whatever the role says
+    require_commit: bool | None = None  # None: as the role says
     on_fail: str = "keep"  # or "discard"
     cleanup: bool = False
     keep_env: tuple[str, ...] = ()
@@ -36,15 +39,42 @@ class ExecOptions:
     json_stdout: bool = False  # stdout carries the verdict: the agent's stdout goes to stderr
 
 
+@dataclasses.dataclass(frozen=True)
+class Checks:
+    """What a run is judged by: its role's rules, and whether it must commit or stay still."""
+
+    role: Role | None
+    read_only: bool
+    require_commit: bool
+    policy: str | None = None  # the --policy file, kept for audits
+
+    @classmethod
+    def of(cls, role: Role | None, read_only: bool = False, require_commit: bool | None = None,
+           policy: str | None = None) -> "Checks":
+        read_only = read_only or bool(role and role.read_only)
+        must = (role.must_commit if role else True) if require_commit is None else require_commit
+        return cls(role, read_only, must and not read_only, policy)
+
+    def gate_names(self) -> list[str]:
+        return gates.select(self.read_only, self.require_commit, self.role is not None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"role": self.role.name if self.role else None, "read_only": self.read_only,
+                "require_commit": self.require_commit, "policy": self.policy}
+
+
 def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     command = runner.resolve_command(opts.command, os.environ, Path.cwd())
     plan = worktree.plan(opts.start, opts.task, opts.base)
+    # The policy comes from the base commit, before the agent exists: it cannot edit it.
+    role = policy.load(worktree.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
+    checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     worktree.check_disk(plan)
     main = git.Repo(plan.main.git_dir, plan.main.common_dir, plan.main.toplevel)
     with ThreadPoolExecutor(max_workers=1) as pool:
         # Reading the person's checkout overlaps the checkout of the task's: both are I/O.
         main_status = pool.submit(main_files, main)
-        pins, task = worktree.create(plan, registry, opts.command)
+        pins, task = worktree.create(plan, registry, opts.command, checks.to_json())
         main_before = main_status.result()
     host = worktree.host_repo(pins.common_dir)
     before = snapshot(pins)
@@ -63,8 +93,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
                        opts.terminal, echo_stdout_to_stderr=opts.json_stdout)
     leftovers = processes.stop(marker, pins.worktree, since)
 
-    verdict = judge(task, pins, before, main_before, registry, opts.read_only, opts.require_commit,
-                    tuple(p.describe() for p in leftovers))
+    verdict = judge(task, pins, before, main_before, registry, checks, tuple(p.describe() for p in leftovers))
     verdict.agent = agent
     dispose(verdict, opts, task, pins, host, registry)
     return verdict
@@ -94,7 +123,7 @@ def main_files(main: git.Repo) -> dict[str, str]:
 
 def judge(
     task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
-    registry: Registry, read_only: bool, require_commit: bool, leftovers: tuple[str, ...] = (),
+    registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (),
 ) -> Verdict:
     """Snapshot again (files only, no git), compare, decide trust, run the gates."""
     after = snapshot(pins)
@@ -108,7 +137,7 @@ def judge(
         if t.id != task.id
     }
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    ctx = Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers)
+    ctx = Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers, role=checks.role)
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
@@ -123,7 +152,7 @@ def judge(
                 ctx.main_files_after = main_status.result()
             except GitError as exc:
                 errors.append(f"could not read your checkout's status: {exc.message}")
-    results = gates.run_gates(ctx, gates.select(read_only, require_commit))
+    results = gates.run_gates(ctx, checks.gate_names())
     head = ctx.head
     commits: list[tuple[str, str]] = []
     files: list[git.FileStat] = []
@@ -188,60 +217,3 @@ def next_steps(v: Verdict, task: Task) -> list[str]:
         steps.append(f"inspect: cd {v.worktree}   (logs in {v.log_dir})")
     steps.append(f"check again: ccm-guard audit {task.id}")
     return steps
-
-
-def audit_task(task_id: str, registry: Registry, read_only: bool = False, require_commit: bool = True) -> Verdict:
-    """The same gates on a finished task, against the snapshot recorded at exec time."""
-    task = registry.get(task_id)
-    if not task.baseline or not Path(task.baseline).exists():
-        raise StateError(f"task {task_id} has no recorded baseline: it never started its agent")
-    data = json.loads(Path(task.baseline).read_text())
-    pins = Pins(Path(task.worktree), Path(task.admin_dir), Path(task.repo), task.branch)
-    if not pins.worktree.exists():
-        raise StateError(f"task {task_id}'s worktree {task.worktree} is gone ({task.status}): nothing to audit")
-    verdict = judge(task, pins, Snapshot.from_json(data["snapshot"]), data.get("main_files"),
-                    registry, read_only, require_commit)
-    verdict.next_steps = next_steps(verdict, task)
-    return verdict
-
-
-def audit_target(target: str | None, base_ref: str | None, registry: Registry,
-                 read_only: bool = False, require_commit: bool = True) -> Verdict:
-    """Audit a task by id, the task owning a path, or any worktree against a base."""
-    if target and not os.path.exists(target) and registry.exists(target):
-        return audit_task(target, registry, read_only, require_commit)
-    where = Path(target or ".").resolve()
-    found = git.discover(where)
-    for task in registry.list(repo=str(found.common_dir), live_only=False):
-        if Path(task.worktree) == found.toplevel:
-            return audit_task(task.id, registry, read_only, require_commit)
-    return audit_foreign(found, base_ref, read_only, require_commit)
-
-
-def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, require_commit: bool) -> Verdict:
-    """A worktree ccm-guard did not create: the checks that need no earlier snapshot."""
-    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
-    reason = configfile.unsafe_to_run(found.common_dir / "config", found.git_dir / "config.worktree")
-    if reason:
-        repo = repo.distrust(reason)
-    head = None if reason else git.resolve_commit(repo, "HEAD")
-    base = None
-    if head:
-        ref = base_ref or "HEAD"
-        target = git.resolve_commit(repo, ref)
-        if target is None:
-            raise RepoError(f"--base {ref!r} does not name a commit: pass the branch the work started from")
-        base = git.run(["merge-base", head, target], repo).out.strip()
-    branch = (None if reason else git.symbolic_head(repo)) or "HEAD"
-    pins = Pins(found.toplevel, found.git_dir, found.common_dir, branch.removeprefix("refs/heads/"))
-    # No snapshot was taken before: the gates see the head and nothing else.
-    empty = Snapshot({}, {}, {}, {}, 0.0)
-    now = Snapshot({}, {}, {pins.branch_ref: head} if head else {}, {}, 0.0)
-    ctx = Context(pins, repo, base or "", empty, now, compare(empty, empty, pins, found.git_dir), None, None, {})
-    names = ["clean-tree"] + ([] if read_only or not require_commit or base_ref is None else ["new-commit"])
-    results = gates.run_gates(ctx, names)
-    if reason:
-        results.append(gates.GateResult("git-metadata", "fail", (Finding("git-metadata", reason),)))
-    return Verdict(task="(not a ccm-guard task)", branch=pins.branch, base=base or "", head=head,
-                   repo=str(found.toplevel), worktree=str(found.toplevel), log_dir="", agent=None,
-                   commits=[], files=[], gates=results, disposition="not managed by ccm-guard")

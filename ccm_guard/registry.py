@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     command TEXT NOT NULL DEFAULT '[]',
     log_dir TEXT NOT NULL DEFAULT '',
     baseline TEXT,                 -- path of the snapshot taken before the agent started
-    verdict TEXT                   -- the last verdict, as JSON
+    verdict TEXT,                  -- the last verdict, as JSON
+    options TEXT NOT NULL DEFAULT '{}'  -- what the run is judged by: role, read_only, ...
 );
 CREATE INDEX IF NOT EXISTS tasks_repo ON tasks(repo, status);
 """
@@ -71,6 +72,7 @@ class Task:
     log_dir: str
     baseline: str | None
     verdict: str | None
+    options: str = "{}"
 
     @property
     def abandoned(self) -> bool:
@@ -90,6 +92,7 @@ class Task:
         data["abandoned"] = self.abandoned
         data["command"] = json.loads(self.command)
         data["verdict"] = json.loads(self.verdict) if self.verdict else None
+        data["options"] = json.loads(self.options or "{}")
         return data
 
 
@@ -108,9 +111,16 @@ class Registry:
             # With WAL, NORMAL cannot corrupt the file; it only skips an fsync per transaction.
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.executescript(SCHEMA)
+            self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
         self.db.row_factory = sqlite3.Row
+
+    def _migrate(self) -> None:
+        """Registries made by an earlier version lack later columns; add them."""
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(tasks)")}
+        if "options" not in have:
+            self.db.execute("ALTER TABLE tasks ADD COLUMN options TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
         self.db.close()

@@ -69,7 +69,8 @@ class Verdict:
 
 
 def to_json(verdict: Verdict) -> str:
-    return json.dumps(verdict.to_json(), indent=2, ensure_ascii=False)
+    # ASCII with escapes: a path that is not UTF-8 (git keeps any bytes) stays valid JSON.
+    return json.dumps(verdict.to_json(), indent=2)
 
 
 # Control characters (C0, DEL, C1) and bidirectional overrides can hide or reorder text

@@ -125,7 +125,7 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def create(p: Plan, registry: Registry, command: list[str]) -> tuple[Pins, Task]:
+def create(p: Plan, registry: Registry, command: list[str], options: dict[str, object]) -> tuple[Pins, Task]:
     """Register, then make the worktree; on any failure or Ctrl-C leave nothing behind."""
     now = time.time()
     task = Task(
@@ -133,6 +133,7 @@ def create(p: Plan, registry: Registry, command: list[str]) -> tuple[Pins, Task]
         main_git_dir=str(p.main.git_dir), worktree=str(p.worktree), admin_dir="", branch=p.branch,
         base=p.base, status="PENDING", created_at=now, updated_at=now, pid=os.getpid(),
         command=json.dumps(command), log_dir=str(p.log_dir), baseline=None, verdict=None,
+        options=json.dumps(options),
     )
     registry.add(task)
     host = host_repo(p.main.common_dir)

@@ -34,7 +34,8 @@ def test_good_agent_passes_in_its_own_worktree_and_leaves_the_checkout_alone(rep
     assert v["files"] == [{"path": "work.txt", "added": 1, "deleted": 0}]
     assert {g["name"]: g["status"] for g in v["gates"]} == {
         "processes": "pass", "git-metadata": "pass", "refs-untouched": "pass",
-        "main-checkout": "pass", "new-commit": "pass", "clean-tree": "pass",
+        "main-checkout": "pass", "new-commit": "pass", "path-policy": "pass", "limits": "pass",
+        "clean-tree": "pass",
     }
     worktree = Path(v["worktree"])
     assert (Path(os.environ["HOME"]) / "agent-cwd").read_text().strip() == str(worktree)
