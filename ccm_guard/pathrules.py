@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 import unicodedata
 
 import pathspec
@@ -21,26 +22,49 @@ def _backend() -> str:
 
 class Matcher:
     def __init__(self, patterns: list[str] | tuple[str, ...]) -> None:
-        self.patterns = tuple(patterns)
+        # Blank lines yield no pattern in pathspec; dropping them keeps lines and
+        # compiled patterns side by side.
+        self.patterns = tuple(p for p in patterns if p.strip())
         try:
             self.spec = pathspec.GitIgnoreSpec.from_lines(self.patterns, backend=_backend())
         except (ValueError, TypeError) as exc:
             raise ValueError(str(exc)) from exc
         if not self.spec.patterns and any(p.strip() and not p.lstrip().startswith("#") for p in self.patterns):
             raise ValueError("no usable pattern")
+        self._negated = any(p.include is False for p in self.spec.patterns)
 
     def matches(self, path: str) -> bool:
         if not self.patterns:
             return False
-        if not path.isascii() and not _is_utf8(path):
-            # A name that is not UTF-8 (kept by git as surrogate escapes) is beyond re2:
-            # the pure-Python backend matches the same rules.
-            return self._exact().match_file(path)
-        return self.spec.match_file(path)
+        if self._negated:
+            return self._decide_like_git(path)
+        # A name that is not UTF-8 (git keeps any bytes; Python holds them as surrogate
+        # escapes) is beyond re2: the pure-Python backend matches the same rules.
+        spec = self.spec if path.isascii() or _is_utf8(path) else self._exact()
+        return spec.match_file(path)
 
     @functools.cache
     def _exact(self) -> pathspec.GitIgnoreSpec:
         return pathspec.GitIgnoreSpec.from_lines(self.patterns, backend="simple")
+
+    def _decide_like_git(self, path: str) -> bool:
+        """git's own rule, needed once a pattern is negated: the last pattern naming a name
+        decides, and a file cannot be re-included when a directory above it is excluded
+        ("a" then "!b" still covers a/b)."""
+        parts = path.split("/")
+        if any(self._decide("/".join(parts[:i]), True) for i in range(1, len(parts))):
+            return True
+        return self._decide(path, False)
+
+    def _decide(self, name: str, is_dir: bool) -> bool:
+        decided = False
+        for line, pattern in zip(self.patterns, self.spec.patterns):
+            dir_only = line.rstrip().endswith("/")
+            if pattern.include is None or pattern.regex is None or (dir_only and not is_dir):
+                continue
+            if _names(pattern.regex, name, dir_only):
+                decided = pattern.include
+        return decided
 
     def rule_for(self, path: str) -> str | None:
         """The pattern that decides `path`, for messages (the last one matching, as in git)."""
@@ -48,9 +72,24 @@ class Matcher:
             return None
         decided = None
         for line, compiled in zip(self.patterns, self.spec.patterns):
-            if compiled.include is not None and compiled.match_file(path) is not None:
+            if compiled.include and compiled.match_file(path) is not None:
                 decided = line
-        return decided
+        return decided or next(line for line, c in zip(self.patterns, self.spec.patterns) if c.include)
+
+
+def _names(regex: re.Pattern[str], directory: str, dir_only: bool) -> bool:
+    """Whether a pattern names `directory` itself, not only something above it.
+
+    pathspec's expressions mark with the group ps_d the "/" after a name they match, so
+    that a match also covers everything below it; such a match is about `directory`
+    only when that "/" comes right after the whole of it.
+    """
+    found = regex.search(directory + "/" if dir_only else directory)  # some are unanchored
+    if found is None:
+        return False
+    if "ps_d" in regex.groupindex and found.group("ps_d") is not None:
+        return found.start("ps_d") == len(directory)
+    return True
 
 
 def _is_utf8(text: str) -> bool:
