@@ -94,8 +94,9 @@ def check(
 ) -> list[Violation]:
     """Every way a change can break the role's rules, one Violation each."""
     found: list[Violation] = []
+    offenders = rules.violations([c.path for c in changes])
     for c in changes:
-        why = rules.violation(c.path)
+        why = offenders.get(c.path)
         if why:
             verb = "deleted" if c.status == "D" else "changed"
             found.append(Violation(c.path, f"{verb}, but {why}", c.where))

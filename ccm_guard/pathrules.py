@@ -21,7 +21,7 @@ def _backend() -> str:
 
 
 class Matcher:
-    def __init__(self, patterns: list[str] | tuple[str, ...]) -> None:
+    def __init__(self, patterns: list[str] | tuple[str, ...], rare: bool = False) -> None:
         # Blank lines yield no pattern in pathspec; dropping them keeps lines and
         # compiled patterns side by side.
         self.patterns = tuple(p for p in patterns if p.strip())
@@ -32,6 +32,10 @@ class Matcher:
         if not self.spec.patterns and any(p.strip() and not p.lstrip().startswith("#") for p in self.patterns):
             raise ValueError("no usable pattern")
         self._negated = any(p.include is False for p in self.spec.patterns)
+        # re2 scans text that rarely matches (forbid rules) fastest; Python's re is
+        # faster when most lines match (allow rules): re2's binding pays per match.
+        self._bulk = None if self._negated else _line_scanner(
+            [p.regex.pattern for p in self.spec.patterns if p.include and p.regex is not None], rare)
 
     def matches(self, path: str) -> bool:
         if not self.patterns:
@@ -42,6 +46,20 @@ class Matcher:
         # escapes) is beyond re2: the pure-Python backend matches the same rules.
         spec = self.spec if path.isascii() or _is_utf8(path) else self._exact()
         return spec.match_file(path)
+
+    def matching(self, paths: list[str]) -> set[str]:
+        """The paths this matches, many at once: one scan of them all joined by newlines.
+
+        Per path, even re2 costs about 1.5 µs; one scan of the joined text is C all the
+        way. Names with a newline or that are not UTF-8 take the one-by-one road.
+        """
+        if not self.patterns:
+            return set()
+        if self._bulk is None:
+            return {p for p in paths if self.matches(p)}
+        plain = [p for p in paths if "\n" not in p and (p.isascii() or _is_utf8(p))]
+        odd = set(paths).difference(plain)
+        return set(self._bulk.findall("\n".join(plain))) | {p for p in odd if self.matches(p)}
 
     @functools.cache
     def _exact(self) -> pathspec.GitIgnoreSpec:
@@ -84,12 +102,32 @@ def _names(regex: re.Pattern[str], directory: str, dir_only: bool) -> bool:
     that a match also covers everything below it; such a match is about `directory`
     only when that "/" comes right after the whole of it.
     """
-    found = regex.search(directory + "/" if dir_only else directory)  # some are unanchored
-    if found is None:
-        return False
-    if "ps_d" in regex.groupindex and found.group("ps_d") is not None:
-        return found.start("ps_d") == len(directory)
-    return True
+    # Some of pathspec's expressions are unanchored ("*/" is just "/"): try every match.
+    for found in regex.finditer(directory + "/" if dir_only else directory):
+        if "ps_d" not in regex.groupindex or found.group("ps_d") is None:
+            return True
+        if found.start("ps_d") == len(directory):
+            return True
+    return False
+
+
+def _line_scanner(expressions: list[str], rare: bool) -> "re.Pattern[str] | None":
+    """One expression that finds, in paths joined by newlines, every line one of
+    pathspec's expressions matches (as `match` would, from the start of the path)."""
+    if not expressions:
+        return None
+    alternatives = []
+    for expr in expressions:
+        expr = re.sub(r"\(\?P<[A-Za-z_]+>", "(?:", expr)
+        expr = re.sub(r"(?<!\\)\[\^", "[^\\n", expr)  # a negated class must not cross lines
+        expr = re.sub(r"(?<![\\\[])\.", "[^\\n]", expr)  # nor may "any character"
+        alternatives.append(expr[1:] if expr.startswith("^") else "[^\n]*?" + expr)
+    combined = "(?m)^((?:" + "|".join(f"(?:{a})" for a in alternatives) + ")[^\n]*)$"
+    if rare and _backend() == "re2":
+        import re2
+
+        return re2.compile(combined)  # type: ignore[no-any-return]
+    return re.compile(combined)
 
 
 def _is_utf8(text: str) -> bool:
@@ -118,8 +156,31 @@ class Rules:
 
     def __init__(self, allow: tuple[str, ...] | None, forbid: tuple[str, ...]) -> None:
         self.allow = Matcher(allow) if allow is not None else None
-        self.forbid = Matcher(forbid)
-        self.forbid_folded = Matcher([p.casefold() for p in forbid])
+        self.forbid = Matcher(forbid, rare=True)
+        self.forbid_folded = Matcher([p.casefold() for p in forbid], rare=True)
+
+    def violations(self, paths: list[str]) -> dict[str, str]:
+        """`violation` for many paths at once (the bulk scans); only offenders are returned."""
+        folded: dict[str, list[str]] = {}
+        for path in paths:
+            if path.isascii():
+                folded.setdefault(path.lower(), []).append(path)
+        found: dict[str, str] = {}
+        for name in self.forbid_folded.matching(list(folded)):
+            for path in folded[name]:
+                found[path] = self.violation(path) or "forbidden"
+        if self.allow is not None:
+            candidates = [p for p in paths if p.isascii() and p not in found]
+            allowed = self.allow.matching(candidates)
+            for path in candidates:
+                if path not in allowed:
+                    found[path] = self.violation(path) or "not allowed"
+        for path in paths:
+            if not path.isascii():
+                why = self.violation(path)
+                if why:
+                    found[path] = why
+        return found
 
     def violation(self, path: str) -> str | None:
         """Why `path` may not be changed, or None when it may."""

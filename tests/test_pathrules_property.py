@@ -46,3 +46,11 @@ def test_matcher_agrees_with_git_check_ignore(tmp_path: Path, patterns: list[str
     matcher = Matcher(patterns)
     got = {p for p in paths if matcher.matches(p)}
     assert got == expected, (patterns, paths)
+
+
+@settings(max_examples=300, deadline=None)
+@given(patterns=st.lists(PATTERNS, min_size=1, max_size=5),
+       paths=st.lists(st.one_of(PATHS, st.just("odd\nname"), st.just("x/\udcffbytes")), min_size=1, max_size=12))
+def test_bulk_matching_agrees_with_one_by_one(patterns: list[str], paths: list[str]) -> None:
+    matcher = Matcher(patterns)
+    assert matcher.matching(paths) == {p for p in paths if matcher.matches(p)}
