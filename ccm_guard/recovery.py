@@ -1,0 +1,179 @@
+"""Commit on the agent's behalf when the sandbox blocked its own `git commit`.
+
+Runs on the host after the agent's processes are stopped, only when signatures.py found
+git's own lock-file denial for this task and the snapshot showed the git metadata can be
+trusted (the caller passes a distrusted Repo otherwise, and git.run refuses it).
+
+Only paths the role's policy allows are committed; the others are reported and left as
+they are in the work tree, for the archive and the gates. A spoofed signature therefore
+gains nothing: the agent could have committed exactly these paths itself.
+
+Everything is plumbing over a private index, so the agent's staging and its config
+(commit.template, trailer.*.cmd, ...) play no part, and nothing moves unless the commit
+is made: read-tree HEAD -> refresh -> diff-index + ls-files (what differs from HEAD) ->
+update-index the allowed paths -> write-tree -> commit-tree -> update-ref HEAD new old
+(compare-and-swap) -> the task's index reset to the new commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable, Mapping
+
+from . import git
+from .errors import GitError, RepoError
+
+TRAILER = "Recovery-Reason: sandbox blocked commit"
+DEFAULT_MESSAGE = "Commit work the sandbox kept the agent from committing"
+# git matches trailer tokens case-insensitively and allows blanks before the colon.
+_OLD_TRAILER = re.compile(r"\s*recovery-reason\s*:", re.IGNORECASE)
+_TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\s*:\s|\s")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecoveryResult:
+    commit: str | None  # the new commit, None when nothing was committed
+    committed: tuple[str, ...]  # paths in the commit
+    refused: tuple[str, ...]  # changed paths the policy does not allow, left in the work tree
+    message: str  # the commit message used ("" when nothing was committed)
+    removed_lock: Path | None = None  # a stale index.lock of this task that was removed
+    warning: str | None = None  # the commit was made but something after it failed
+
+    @property
+    def recovered(self) -> bool:
+        return self.commit is not None
+
+
+def recover(repo: git.Repo, allowed: Callable[[str], bool], message: str | None,
+            identity: Mapping[str, str]) -> RecoveryResult:
+    """Commit the allowed uncommitted work of `repo`'s work tree onto its HEAD."""
+    if repo.work_tree is None:
+        raise RepoError(f"{repo.git_dir} has no work tree to recover: pass the task's worktree")
+    head = git.resolve_commit(repo, "HEAD")  # first: git.run refuses a distrusted repo
+    if head is None:
+        raise RepoError(f"HEAD of {repo.work_tree} is not a commit: recovery needs the task's base commit")
+    removed = _clear_stale_lock(repo)
+    with tempfile.TemporaryDirectory(prefix="ccm-guard-recovery-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **identity}
+        _seed_index(repo, Path(tmp, "index"), head, env)
+        changed = _changed_paths(repo, env)
+        verdicts = {p: allowed(p) for p in changed}
+        take = [p for p, ok in verdicts.items() if ok]
+        refused = tuple(p for p, ok in verdicts.items() if not ok)
+        if not take:
+            return RecoveryResult(None, (), refused, "", removed)
+        _stage(repo, take, env)
+        tree = git.run(["write-tree"], repo, env=env).out.strip()
+    if tree == git.run(["rev-parse", f"{head}^{{tree}}"], repo).out.strip():
+        return RecoveryResult(None, (), refused, "", removed)  # e.g. only a dirty submodule's insides
+    text = with_trailer(message)
+    new = git.run(["commit-tree", tree, "-p", head, "-F", "-"], repo, env=dict(identity),
+                  input=text.encode("utf-8")).out.strip()
+    git.run(["update-ref", "-m", "ccm-guard: recovery commit", "HEAD", new, head], repo)
+    warning = _reset_index(repo, new)
+    return RecoveryResult(new, tuple(take), refused, text, removed, warning)
+
+
+def _clear_stale_lock(repo: git.Repo) -> Path | None:
+    """Remove index.lock from a linked worktree's own admin dir, left by the agent's git.
+
+    Only there: that directory belongs to this task alone, and its processes are gone.
+    Any other index.lock (a main worktree's) may be a person's running git: refuse then,
+    before anything moves, rather than commit and be unable to update the index.
+    """
+    lock = repo.git_dir / "index.lock"
+    try:
+        mode = os.lstat(lock).st_mode
+    except FileNotFoundError:
+        return None
+    if repo.git_dir.parent != repo.common_dir / "worktrees":
+        raise GitError(f"{lock} exists: another git may be running in {repo.work_tree}; "
+                       "wait for it, or remove the file if none is")
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        return None  # a planted directory: git's own error will name it
+    lock.unlink()
+    return lock
+
+
+def _seed_index(repo: git.Repo, index: Path, head: str, env: Mapping[str, str]) -> None:
+    # Start from the task's index for its stat cache (so unchanged files are not hashed
+    # again), then make its content exactly HEAD: what the agent staged does not count,
+    # only what is in the work tree does.
+    try:
+        shutil.copyfile(repo.git_dir / "index", index)
+    except OSError:
+        pass  # no index, or unreadable: read-tree builds one from HEAD
+    try:
+        git.run(["read-tree", "--reset", head], repo, env=env)
+    except GitError:
+        index.unlink(missing_ok=True)  # a corrupt copy: start from nothing
+        git.run(["read-tree", head], repo, env=env)
+
+
+def _changed_paths(repo: git.Repo, env: Mapping[str, str]) -> list[str]:
+    """Paths whose work-tree state differs from HEAD, plus untracked, not ignored, files."""
+    # Refresh first: diff-index reports every entry whose stat data is stale as changed.
+    git.run(["update-index", "-q", "--refresh", "--ignore-submodules"], repo, env=env, check=False)
+    tracked = git.run(["diff-index", "-z", "--name-only", "--no-renames", "HEAD", "--"], repo, env=env).z()
+    untracked = git.run(["ls-files", "-z", "--others", "--exclude-standard", "--"], repo, env=env).z()
+    # A nested repository is listed as "dir/"; update-index wants the path without it.
+    return sorted(set(tracked) | {p.rstrip("/") for p in untracked})
+
+
+def _stage(repo: git.Repo, paths: list[str], env: Mapping[str, str]) -> None:
+    # update-index takes paths literally from stdin (no pathspec magic, no argv limit);
+    # --add for new files, --remove for deleted ones.
+    data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+    git.run(["update-index", "--add", "--remove", "-z", "--stdin"], repo, env=env, input=data)
+
+
+def _reset_index(repo: git.Repo, commit: str) -> str | None:
+    """Make the task's index match the new commit; refused changes stay unstaged."""
+    try:
+        git.run(["read-tree", "--reset", commit], repo)
+    except GitError as exc:
+        return f"committed, but the worktree's index was not updated: {exc.message}"
+    return None
+
+
+def with_trailer(message: str | None) -> str:
+    """`message` (or the default) ending with exactly one Recovery-Reason trailer.
+
+    Done here rather than by `git interpret-trailers`, which reads trailer.* from the
+    repository's config, where `trailer.<token>.cmd` runs a command the agent chose.
+    Any Recovery-Reason line the agent wrote is dropped, with its continuation lines,
+    so the one ccm-guard adds is the only one.
+    """
+    lines: list[str] = []
+    dropping = False
+    for line in (message or "").splitlines():
+        if _OLD_TRAILER.match(line):
+            dropping = True
+            continue
+        if dropping and line[:1] in (" ", "\t") and line.strip():
+            continue  # a folded continuation of the dropped trailer
+        dropping = False
+        lines.append(line.rstrip())
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    if not lines:
+        lines = [DEFAULT_MESSAGE]
+    last = _last_paragraph(lines)
+    if len(lines) == len(last) or not all(_TRAILER_LINE.match(line) for line in last):
+        lines.append("")  # the subject, or prose: the trailer needs its own paragraph
+    return "\n".join([*lines, TRAILER]) + "\n"
+
+
+def _last_paragraph(lines: list[str]) -> list[str]:
+    for i in range(len(lines) - 1, -1, -1):
+        if not lines[i]:
+            return lines[i + 1:]
+    return lines
