@@ -86,13 +86,21 @@ def main() -> None:
               help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...).")
 @click.option("--pty/--no-pty", "terminal", default=None,
               help="Give the agent a pseudo-terminal (default: when ccm-guard runs on a terminal).")
+@click.option("--sandbox", "sandbox_mode", type=click.Choice(["none", "landlock", "auto"]), default="none",
+              show_default=True, help="Run the agent under Landlock: everything read-only but the worktree, "
+              "its git metadata and a private temp dir (auto: when the kernel has it).")
+@click.option("--no-network", is_flag=True, help="With --sandbox: refuse TCP connect and bind (Landlock ABI 4+).")
+@click.option("--agent", type=click.Choice(["codex", "claude", "gemini", "aider", "generic"]),
+              help="The agent profile (default: by the command's name). codex gets --add-dir for the roots a "
+              "commit needs when its own workspace-write sandbox is on.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handled
 def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, role: str | None,
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
-             keep_env: tuple[str, ...], terminal: bool | None, as_json: bool, command: tuple[str, ...]) -> None:
+             keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
+             agent: str | None, as_json: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b
@@ -119,6 +127,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         require_commit=require_commit,
         on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
         terminal=False if as_json and terminal is None else terminal,
+        sandbox=sandbox_mode, no_network=no_network, agent=agent,
     )
     verdict = exec_task(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))

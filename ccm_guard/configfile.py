@@ -68,6 +68,12 @@ class ConfigChange:
     after: tuple[str, ...]
     dangerous: bool
 
+    @property
+    def ccm_guard_setup(self) -> bool:
+        """The one shared setting exec itself makes (per-worktree hooks need it): seen by a
+        task that was already running when another task was set up for the first time."""
+        return self.key == "extensions.worktreeconfig" and self.before == () and self.after == ("true",)
+
     def describe(self) -> str:
         def show(values: tuple[str, ...]) -> str:
             return ", ".join(repr(v) for v in values) if values else "(unset)"

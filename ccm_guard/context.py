@@ -112,7 +112,7 @@ def untrusted_reason(ctx: Context) -> str | None:
     for key, changes in ctx.config_changes.items():
         if ctx.ignored_worktree(key):
             continue
-        dangerous = [c.key for c in changes if c.dangerous]
+        dangerous = [c.key for c in changes if c.dangerous and not c.ccm_guard_setup]
         if dangerous or key.startswith("include/"):
             return f"{display(key)} gained keys that run code or steer git ({', '.join(dangerous) or 'include'})"
     # git reads a worktree's `commondir` itself for its refs, whatever GIT_COMMON_DIR says,

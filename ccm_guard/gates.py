@@ -145,8 +145,12 @@ def git_metadata(ctx: Context) -> list[Finding]:
         if maintenance:
             findings.append(Finding("git-metadata", f"{where} was {change.change} ({maintenance})", (where,), WARN))
         elif change.owner is Owner.CONTROL:
-            detail = "; ".join(c.describe() for c in ctx.config_changes.get(change.key, []))
-            findings.append(Finding("git-metadata", f"{where} was {change.change}" + (f": {detail}" if detail else ""), (where,)))
+            changes = ctx.config_changes.get(change.key, [])
+            detail = "; ".join(c.describe() for c in changes)
+            benign = bool(changes) and all(c.ccm_guard_setup for c in changes)
+            findings.append(Finding("git-metadata", f"{where} was {change.change}" + (f": {detail}" if detail else "")
+                                    + (" (ccm-guard's own setup of another task)" if benign else ""),
+                                    (where,), WARN if benign else FAIL))
         elif change.owner is Owner.IN_PROGRESS:
             findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
         elif change.owner is Owner.OTHER_WORKTREE:

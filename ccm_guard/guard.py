@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -10,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
-from . import configfile, gates, git, policy, processes, runner, worktree
+from . import configfile, gates, git, pathrules, policy, prevention, processes, recovery, runner, signatures, worktree
 from .context import Context, untrusted_reason
 from .delta import compare
-from .errors import GitError
+from .errors import GitError, GuardError
 from .policy import Role
 from .registry import Registry, Task
 from .report import Verdict
@@ -37,6 +38,9 @@ class ExecOptions:
     keep_env: tuple[str, ...] = ()
     terminal: bool | None = None  # None: a pseudo-terminal when ccm-guard runs on one
     json_stdout: bool = False  # stdout carries the verdict: the agent's stdout goes to stderr
+    sandbox: str = "none"  # "landlock", "auto" (Landlock where the kernel has it) or "none"
+    no_network: bool = False
+    agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
     role = policy.load(worktree.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
+    prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     worktree.check_disk(plan)
     main = git.Repo(plan.main.git_dir, plan.main.common_dir, plan.main.toplevel)
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -77,26 +82,84 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         pins, task = worktree.create(plan, registry, opts.command, checks.to_json())
         main_before = main_status.result()
     host = worktree.host_repo(pins.common_dir)
-    before = snapshot(pins)
+    try:
+        armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
+                               agent=opts.agent)
+        before = snapshot(pins)  # after arming: its own config and hooks are the baseline
+    except BaseException:
+        with contextlib.suppress(Exception):
+            prevention.disarm(pins)
+        worktree.abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
+        raise
     baseline = Path(task.log_dir, "baseline.json")
     baseline.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
 
     marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
     env = runner.agent_environment(os.environ, opts.keep_env, {
-        "CCM_GUARD_TASK": task.id, "CCM_GUARD_BRANCH": task.branch,
-        "CCM_GUARD_WORKTREE": str(pins.worktree), marker.split("=", 1)[0]: marker.split("=", 1)[1],
+        **armed.env, "CCM_GUARD_TASK": task.id, "CCM_GUARD_WORKTREE": str(pins.worktree),
+        "CCM_GUARD_SUMMARY": str(Path(task.log_dir, "agent", "summary")),
+        marker.split("=", 1)[0]: marker.split("=", 1)[1],
     })
     processes.become_subreaper()
     since = processes.now_ticks()
-    agent = runner.run(command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
-                       opts.terminal, echo_stdout_to_stderr=opts.json_stdout)
-    leftovers = processes.stop(marker, pins.worktree, since)
+    agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
+                       opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
+    leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
 
-    verdict = judge(task, pins, before, main_before, registry, checks, tuple(p.describe() for p in leftovers))
+    verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
+    recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log)
+    if recovered is not None:
+        verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
+        verdict.recovery = recovered
     verdict.agent = agent
+    verdict.sandbox, verdict.profile = armed.sandbox, armed.profile
+    verdict.refusals = prevention.refusals(armed.refusal_log)
     dispose(verdict, opts, task, pins, host, registry)
     return verdict
+
+
+def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
+                           refusal_log: Path) -> dict[str, object] | None:
+    """When git's own report shows a sandbox-blocked lock in this task's git metadata and
+    the tree holds work, commit the work the role allows, on the host (seed 003, Bug E).
+
+    A spoofed report gains nothing: only what the agent could have committed itself is
+    committed, and the gates then judge it like any commit.
+    """
+    if not verdict.git_trusted:
+        return None
+    text = "\n".join(_tail(Path(p)) for p in (*logs, str(refusal_log)))
+    found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
+    if found is None:
+        return None
+    rules = pathrules.Rules(role.allow, role.forbid)
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    result = recovery.recover(repo, lambda p: rules.violation(p) is None, _agent_message(task, pins),
+                              worktree.IDENTITY)
+    if not result.recovered:
+        return None
+    return {"reason": "sandbox blocked commit", "line": found.line, "commit": result.commit,
+            "committed": list(result.committed), "left_uncommitted": list(result.refused),
+            "warning": result.warning}
+
+
+def _tail(path: Path, limit: int = 1 << 20) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _agent_message(task: Task, pins: Pins) -> str | None:
+    """The message the agent meant: its summary file, else the commit message it tried."""
+    for path in (Path(task.log_dir, "agent", "summary"), pins.admin_dir / "COMMIT_EDITMSG"):
+        text = _tail(path, 1 << 16).strip()
+        if text:
+            return text
+    return None
 
 
 def snapshot(pins: Pins) -> Snapshot:
@@ -195,6 +258,8 @@ def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo
         verdict.errors.append(exc.message)
         return
     try:
+        with contextlib.suppress(GuardError, OSError):
+            prevention.disarm(pins)  # its hooks live under the state home, not in the worktree
         worktree.remove(host, pins, verdict.head)
     except GitError as exc:
         verdict.disposition = "kept: archived, but removing the worktree failed"

@@ -407,8 +407,12 @@ def _enable_worktree_config(common: Path, report: Report) -> None:
     report.config.append(f"{config}: extensions.worktreeConfig = true")
 
 
-def uninstall_worktree(worktree: Path) -> Report:
-    """Undo install_worktree: config.worktree as it was, ccm-guard's hooks dir gone."""
+def uninstall_worktree(worktree: Path, *, restore_shared: bool = True) -> Report:
+    """Undo install_worktree: config.worktree as it was, ccm-guard's hooks dir gone.
+
+    `restore_shared=False` leaves extensions.worktreeConfig in the shared config: exec
+    passes it, because another task running now would see that change as tampering.
+    """
     worktree = Path(os.path.realpath(worktree))
     if not worktree.is_dir():
         raise RepoError(f"{worktree} is gone: uninstall before removing a worktree; its hooks dir "
@@ -427,7 +431,8 @@ def uninstall_worktree(worktree: Path) -> Report:
     if hooks.exists():
         report.removed += sorted(hooks.iterdir())
         shutil.rmtree(hooks)
-    _disable_worktree_config(common, report)
+    if restore_shared:
+        _disable_worktree_config(common, report)
     _prune_state(common)
     return report
 

@@ -31,6 +31,10 @@ class Verdict:
     archive: str | None = None
     errors: list[str] = dataclasses.field(default_factory=list)
     git_trusted: bool = True  # False once the agent tampered with what steers git
+    recovery: dict[str, object] | None = None  # the host-side commit of a sandbox-blocked one
+    refusals: list[dict[str, object]] = dataclasses.field(default_factory=list)  # by the shim and hooks
+    sandbox: str = "none"
+    profile: str = "generic"
     next_steps: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -45,8 +49,8 @@ class Verdict:
             return ExitCode.GATES_FAILED
         if self.agent is not None and self.agent.timed_out:
             return ExitCode.AGENT_TIMEOUT
-        if self.agent is not None and not self.agent.ok:
-            return ExitCode.AGENT_FAILED
+        if self.agent is not None and not self.agent.ok and self.recovery is None:
+            return ExitCode.AGENT_FAILED  # (a recovered run failed only because its commit was blocked)
         return ExitCode.OK
 
     @property
@@ -86,7 +90,16 @@ def render(v: Verdict) -> str:
     mark = {"pass": "PASS", "gates-failed": "FAIL"}.get(v.outcome, v.outcome.upper())
     lines = [f"ccm-guard: {mark}  task {safe(v.task)}  branch {safe(v.branch)}  base {v.base[:12]}"]
     if v.agent is not None:
-        lines.append("  agent: " + _agent_line(v.agent))
+        lines.append("  agent: " + _agent_line(v.agent) + f"  sandbox: {v.sandbox}  profile: {v.profile}")
+    if v.recovery:
+        lines.append(f"  recovered: the sandbox blocked the agent's commit; ccm-guard committed "
+                     f"{len(v.recovery['committed'])} file(s) as {str(v.recovery['commit'])[:12]} "  # type: ignore[arg-type]
+                     "(Recovery-Reason trailer)")
+        lines.append(f"    git said: {safe(str(v.recovery['line']))}")
+    if v.refusals:
+        lines.append(f"  refused by the git shim and hooks: {len(v.refusals)}")
+        for item in v.refusals[:5]:
+            lines.append(f"    {safe(str(item.get('op', '?')))}: {safe(str(item.get('reason', item)))[:150]}")
     if v.commits:
         lines.append(f"  commits: {len(v.commits)}")
         lines.extend(f"    {sha[:12]} {safe(subject)}" for sha, subject in v.commits[-10:])

@@ -24,7 +24,7 @@ import termios
 import time
 import tty
 from pathlib import Path
-from typing import BinaryIO, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterator, Mapping
 
 from . import processes
 from .errors import AgentNotExecutable, AgentNotFound
@@ -109,17 +109,20 @@ def _stop_signals() -> Iterator[_Stop]:
 def run(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
     timeout: float | None, grace: float, terminal: bool | None = None, echo_stdout_to_stderr: bool = False,
+    confine: Callable[[], None] | None = None,
 ) -> AgentResult:
+    """Run the agent; `confine` runs in the child right before exec (the OS sandbox)."""
     if terminal is None:
         terminal = sys.stdin.isatty() and sys.stdout.isatty()
     start = time.monotonic()
     deadline = start + timeout if timeout else None
     with _stop_signals() as stop:
         if terminal:
-            proc, logs, timed_out = _run_pty(command, cwd, env, log_dir, deadline, grace, stop)
+            proc, logs, timed_out = _run_pty(command, cwd, env, log_dir, deadline, grace, stop, confine)
         else:
             proc, logs, timed_out = _run_pipes(command, cwd, env, log_dir, deadline, grace, stop,
-                                               sys.stderr.buffer if echo_stdout_to_stderr else sys.stdout.buffer)
+                                               sys.stderr.buffer if echo_stdout_to_stderr else sys.stdout.buffer,
+                                               confine)
     code = proc.returncode
     return AgentResult(
         exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
@@ -147,10 +150,10 @@ def _must_stop(proc: subprocess.Popen[bytes], deadline: float | None, stop: _Sto
 
 def _run_pipes(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
-    deadline: float | None, grace: float, stop: _Stop, echo_out: BinaryIO,
+    deadline: float | None, grace: float, stop: _Stop, echo_out: BinaryIO, confine: Callable[[], None] | None,
 ) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
     out_log, err_log = log_dir / "agent.stdout.log", log_dir / "agent.stderr.log"
-    proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=confine)
     assert proc.stdout is not None and proc.stderr is not None
     sinks: dict[int, tuple[BinaryIO, BinaryIO]] = {
         proc.stdout.fileno(): (open(out_log, "wb"), echo_out),
@@ -199,7 +202,7 @@ def _read(fd: int) -> bytes:
 
 def _run_pty(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
-    deadline: float | None, grace: float, stop: _Stop,
+    deadline: float | None, grace: float, stop: _Stop, confine: Callable[[], None] | None,
 ) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
     log_path = log_dir / "agent.pty.log"
     master, slave = pty.openpty()
@@ -207,6 +210,8 @@ def _run_pty(
 
     def controlling_tty() -> None:  # runs in the child, after setsid
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        if confine is not None:
+            confine()
 
     proc = _spawn(command, cwd, env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=controlling_tty)
     os.close(slave)

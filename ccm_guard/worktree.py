@@ -187,6 +187,13 @@ def _no_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def abandon(p: Plan, registry: Registry) -> None:
+    """Take back a created task whose agent never started: no worktree, branch or row left."""
+    with _no_interrupts():
+        _undo_create(host_repo(p.main.common_dir), p)
+        registry.delete(p.task_id)
+
+
 def _undo_create(host: git.Repo, p: Plan) -> None:
     """Remove whatever a failed or interrupted `worktree add` left: dir, admin dir, branch."""
     if p.worktree.exists():

@@ -3,7 +3,7 @@
 Helpers (plain functions, import them from conftest):
   make_repo(path)          a repository on `main` with a few committed files
   git(repo, *args)         run git for the test itself (never through ccm-guard)
-  write_agent(dir, body)   a /bin/sh agent script ("set -e" + body)
+  write_agent(dir, body)   a /bin/sh agent script ("set -e", `rgit` = git around the shim and hooks, body)
   run_exec(repo, agent)    `python -m ccm_guard exec --json ...` as a real process
   spawn_exec(repo, *args)  the same in the background (a Popen)
 """
@@ -78,9 +78,14 @@ def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo")
 
 
+# In agent scripts, `rgit` is git as an agent that goes around the prevention layer
+# would run it: the real binary by path, hooks off. Attacks meant for the gates use it.
+RGIT = 'rgit() { "${CCM_GUARD_REAL_GIT:-git}" -c core.hooksPath=/dev/null "$@"; }\n'
+
+
 def write_agent(directory: Path, body: str, name: str = "agent.sh") -> Path:
     path = directory / name
-    path.write_text("#!/bin/sh\nset -e\n" + body + "\n")
+    path.write_text("#!/bin/sh\nset -e\n" + RGIT + body + "\n")
     path.chmod(0o755)
     return path
 

@@ -17,6 +17,8 @@ COMMIT = 'echo "$1" > "${2:-work.txt}"; git add -A; git commit -q -m "agent work
 def person_view(repo: Path) -> dict[str, str]:
     state = state_of(repo)
     state["refs"] = "\n".join(line for line in state["refs"].splitlines() if "refs/heads/ccm/" not in line)
+    # The one shared setting exec makes, so that each task's hooks apply to its worktree only.
+    state["config"] = state["config"].replace("[extensions]\n\tworktreeConfig = true\n", "")
     return state
 
 
@@ -81,7 +83,7 @@ def test_read_only_run_may_not_move_head(repo: Path, tmp_path: Path) -> None:
 
 def test_agent_committing_to_main_fails_refs_untouched(repo: Path, tmp_path: Path) -> None:
     main_before = git(repo, "rev-parse", "main")
-    agent = write_agent(tmp_path, f"{COMMIT.replace('$1', 'x')}\ngit update-ref refs/heads/main HEAD\ngit tag sneaky")
+    agent = write_agent(tmp_path, f"{COMMIT.replace('$1', 'x')}\nrgit update-ref refs/heads/main HEAD\nrgit tag sneaky")
     res = run_exec(repo, agent)
     assert git(repo, "rev-parse", "main") != main_before  # the attack happened
     assert res.code == 1
@@ -95,8 +97,8 @@ def test_editing_config_and_a_shared_hook_fails_git_metadata_and_stops_git(repo:
     agent = write_agent(tmp_path, f"""{COMMIT.replace('$1', 'x')}
 common=$(git rev-parse --git-common-dir)
 mkdir -p "$common/hooks"; printf '#!/bin/sh\\necho pwned\\n' > "$common/hooks/post-merge"; chmod +x "$common/hooks/post-merge"
-git config core.fsmonitor "$common/hooks/post-merge"
-git config user.name Mallory""")
+rgit config core.fsmonitor "$common/hooks/post-merge"
+rgit config user.name Mallory""")
     res = run_exec(repo, agent)
     assert (repo / ".git/hooks/post-merge").exists()
     assert res.code == 1
@@ -227,3 +229,21 @@ def test_exec_from_a_linked_worktree_of_the_person(tmp_path: Path) -> None:
     res = run_exec(mine, write_agent(tmp_path, COMMIT.replace("$1", "x")))
     assert res.code == 0, res.stdout + res.stderr
     assert res.verdict["base"] == git(mine, "rev-parse", "feature")
+
+
+def test_the_shim_and_hooks_refuse_and_the_verdict_lists_it(repo: Path, tmp_path: Path) -> None:
+    """Prevention: git push and moving main are refused on the spot, by the shim and by the
+    reference-transaction hook even when the agent runs the real git by path."""
+    main_before = git(repo, "rev-parse", "main")
+    agent = write_agent(tmp_path, f"""{COMMIT.replace('$1', 'x')}
+git push origin HEAD 2> push.err || echo "push refused: $?" >> "$HOME/log"
+"$CCM_GUARD_REAL_GIT" update-ref refs/heads/main HEAD 2> ref.err || echo "update-ref refused" >> "$HOME/log"
+rm -f push.err ref.err""")
+    res = run_exec(repo, agent)
+    assert git(repo, "rev-parse", "main") == main_before
+    log = (Path(os.environ["HOME"]) / "log").read_text()
+    assert "push refused: 1" in log and "update-ref refused" in log
+    ops = [(r.get("source", "shim"), r["op"]) for r in res.verdict["refusals"]]
+    assert ("shim", "remote") in ops and ("hook", "ref-write") in ops
+    assert len(res.verdict["refusals"]) == 2
+    assert res.code == 0  # nothing got through, so the run itself is clean

@@ -165,14 +165,14 @@ echo "agent work" > work.txt""")
 LATER_COMMIT = ("commit", "-q", "--allow-empty", "-m", "later")
 # key as reported (git's normalised spelling) -> (the agent's shell lines, how the person's git later runs it)
 ADDED = {
-    "core.fsmonitor": ('git config core.fsmonitor "$SCRIPTS/fsmonitor"', ("status",)),
-    "core.hookspath": ('git config core.hooksPath "$SCRIPTS/hooks"', LATER_COMMIT),
+    "core.fsmonitor": ('rgit config core.fsmonitor "$SCRIPTS/fsmonitor"', ("status",)),
+    "core.hookspath": ('rgit config core.hooksPath "$SCRIPTS/hooks"', LATER_COMMIT),
     "include.path": ('printf \'[core]\\n\\thooksPath = %s\\n\' "$SCRIPTS/hooks" > "$SCRIPTS/included.cfg"\n'
-                     'git config include.path "$SCRIPTS/included.cfg"', LATER_COMMIT),
-    "filter.x.clean": ('git config filter.x.clean "$SCRIPTS/clean"\necho "*.txt filter=x" > .gitattributes\n'
+                     'rgit config include.path "$SCRIPTS/included.cfg"', LATER_COMMIT),
+    "filter.x.clean": ('rgit config filter.x.clean "$SCRIPTS/clean"\necho "*.txt filter=x" > .gitattributes\n'
                        'touch -d "2030-01-01 00:00" work.txt', ("add", "work.txt")),
-    "alias.st": ('git config alias.st "!$SCRIPTS/alias"', ("st",)),
-    "credential.helper": ('git config credential.helper "!$SCRIPTS/credential"', ("credential", "fill")),
+    "alias.st": ('rgit config alias.st "!$SCRIPTS/alias"', ("st",)),
+    "credential.helper": ('rgit config credential.helper "!$SCRIPTS/credential"', ("credential", "fill")),
 }
 
 
@@ -210,8 +210,11 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
     # and none of the planted code ran.
     assert not marker.exists(), marker.read_text()
 
-    # The plant is live: the person's own git in that worktree runs it.
-    plain_git(worktree, *trigger, input="protocol=https\nhost=example.com\n\n")
+    # The plant is live: the person's own git runs it, in the task's worktree (where the
+    # filter's .gitattributes is) or in their checkout (the task's worktree has ccm-guard's
+    # own core.hooksPath in its config.worktree, which wins over a shared one there).
+    for where in (worktree, repo):
+        plain_git(where, *trigger, input="protocol=https\nhost=example.com\n\n")
     assert marker.exists(), f"the planted {key} never ran even under plain git: the test proves nothing"
 
 
@@ -292,7 +295,7 @@ echo {decoy}/.git > {admin}/commondir""")
 
 def test_core_worktree_set_by_the_agent_is_dangerous(repo: Path, tmp_path: Path) -> None:
     decoy, _ = decoy_repo(tmp_path)
-    agent = write_agent(tmp_path, f"{COMMIT}\ngit config core.worktree {decoy}")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.worktree {decoy}")
     res = run_exec(repo, agent, "--task", "cwt")
     assert git(repo, "config", "core.worktree") == str(decoy)
     assert res.code == 1
@@ -341,7 +344,7 @@ git add -A; git commit -q -m "agent work"
 echo innocent > innocent.txt; git add innocent.txt; git rm -q --cached evil.sh work.txt
 decoy=$(git commit-tree $(git write-tree) -p {base} -m "harmless docs tweak")
 git reset -q --hard HEAD
-git replace HEAD "$decoy\"""")
+rgit replace HEAD "$decoy\"""")
     res = run_exec(repo, agent, "--task", "repl")
     head = git(repo, "--no-replace-objects", "rev-parse", "refs/heads/ccm/repl")
     # The attack: plain git shows the decoy in place of the agent's commit.
@@ -359,7 +362,7 @@ git replace HEAD "$decoy\"""")
 
 def test_task_branch_turned_into_a_symref_to_main(repo: Path, tmp_path: Path) -> None:
     main = git(repo, "rev-parse", "main")
-    agent = write_agent(tmp_path, f"{COMMIT}\ngit symbolic-ref refs/heads/$CCM_GUARD_BRANCH refs/heads/main")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit symbolic-ref refs/heads/$CCM_GUARD_BRANCH refs/heads/main")
     res = run_exec(repo, agent, "--task", "sym")
     assert git(repo, "symbolic-ref", "refs/heads/ccm/sym") == "refs/heads/main"
     assert res.code == 1
@@ -521,7 +524,7 @@ def test_merge_head_left_in_the_tasks_own_admin_dir_fails_git_metadata(repo: Pat
 def test_rewritten_or_deleted_reflog_is_reported(repo: Path, tmp_path: Path, how: str) -> None:
     log = repo / ".git/logs/refs/heads/main"
     assert log.read_text().strip()  # main has history to hide
-    erase = ("git reflog expire --expire=now --expire-unreachable=now --all" if how == "reflog expire"
+    erase = ("rgit reflog expire --expire=now --expire-unreachable=now --all" if how == "reflog expire"
              else f"rm -f {log}")
     agent = write_agent(tmp_path, f"{COMMIT}\n{erase}")
     res = run_exec(repo, agent, "--task", "rlog")
@@ -570,7 +573,7 @@ echo z > "$(printf 'left\033[8mhidden\rover')"
 def test_touching_the_persons_index_does_not_excuse_moving_main_onto_the_agents_commit(
         repo: Path, tmp_path: Path) -> None:
     before = git(repo, "rev-parse", "main")
-    agent = write_agent(tmp_path, f"{COMMIT}\ngit update-ref refs/heads/main HEAD\ntouch {repo}/.git/index")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit update-ref refs/heads/main HEAD\ntouch {repo}/.git/index")
     res = run_exec(repo, agent, "--task", "touch")
     assert git(repo, "rev-parse", "main") == res.verdict["head"] != before  # main now holds the agent's commit
     assert res.status("refs-untouched") == "fail", res.gate("refs-untouched")

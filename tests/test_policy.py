@@ -127,7 +127,7 @@ def test_rename_of_a_source_file_into_tests_is_caught_on_both_sides(repo: Path, 
 
 def test_symlinks_out_of_the_worktree_and_to_forbidden_paths(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, """ln -s ../../outside escape; ln -s /etc/passwd abs; ln -s .gitattributes attrs
-ln -s src/app.py fine; git add -A; git commit -qm links; ln -s ../../x dirty-link""")
+ln -s src/app.py fine; git add -A; rgit commit -qm links; ln -s ../../x dirty-link""")
     res = run_exec(repo, agent)
     reasons = res.reasons("path-policy")
     assert "escape: is a symlink pointing outside the worktree ('../../outside')" in reasons
@@ -141,7 +141,7 @@ def test_mode_change_is_reported_and_gitlink_is_refused(repo: Path, tmp_path: Pa
     sha = git(repo, "rev-parse", "HEAD")
     agent = write_agent(tmp_path, f"""chmod +x src/app.py
 git update-index --add --cacheinfo 160000,{sha},vendor/lib
-git add src/app.py; git commit -qm 'exec bit and a submodule'""")
+git add src/app.py; rgit commit -qm 'exec bit and a submodule'""")
     res = run_exec(repo, agent)
     by_path = {f["paths"][0]: f for f in findings(res, "path-policy")}
     assert by_path["src/app.py"]["severity"] == "warn" and "made executable" in by_path["src/app.py"]["reason"]
@@ -173,7 +173,7 @@ def test_unicode_and_case_twins_are_caught(repo: Path, tmp_path: Path) -> None:
     (repo / "café.txt").write_text("nfc\n")
     commit_all(repo)
     agent = write_agent(tmp_path, """printf x > "$(printf 'cafe\\314\\201.txt')"; printf x > README.MD
-printf x > .GITATTRIBUTES; git add -A; git commit -qm twins""")
+printf x > .GITATTRIBUTES; git add -A; rgit commit -qm twins""")
     res = run_exec(repo, agent)
     reasons = res.reasons("path-policy")
     assert "cafe\u0301.txt: is the same file as 'caf\u00e9.txt' on case-insensitive" in reasons
@@ -182,8 +182,8 @@ printf x > .GITATTRIBUTES; git add -A; git commit -qm twins""")
 
 
 def test_forbidden_change_undone_in_a_later_commit_is_still_seen(repo: Path, tmp_path: Path) -> None:
-    agent = write_agent(tmp_path, """echo '* text' > .gitattributes; git add -A; git commit -qm add
-git rm -q .gitattributes; git commit -qm remove; echo ok > src/ok.py; git add -A; git commit -qm ok""")
+    agent = write_agent(tmp_path, """echo '* text' > .gitattributes; git add -A; rgit commit -qm add
+git rm -q .gitattributes; rgit commit -qm remove; echo ok > src/ok.py; git add -A; git commit -qm ok""")
     res = run_exec(repo, agent)
     assert git(repo, "diff", "--name-only", res.verdict["base"], res.verdict["head"]) == "src/ok.py"
     assert paths_of(res, "path-policy") == [".gitattributes", ".gitattributes"]
