@@ -113,9 +113,14 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     its cwd in the worktree, in its own session, with SSH agent, tmux, D-Bus, Docker and
     GIT_* variables removed from its environment (--pass-env keeps one).
 
-    The gates: processes, git-metadata, refs-untouched, main-checkout, new-commit
-    (or head-frozen with --read-only), clean-tree. On pass the worktree and branch are
-    kept for review; nothing is ever removed before it is archived.
+    The agent's PATH starts with ccm-guard's git shim, and its worktree has guard hooks;
+    with --sandbox landlock it can write only its worktree, its git metadata and a
+    private temp dir. A commit the sandbox blocked is recovered on the host.
+
+    The gates (by --role): processes, git-metadata, refs-untouched, main-checkout,
+    new-commit (or head-frozen for read-only roles), path-policy, limits, clean-tree.
+    On pass the worktree and branch are kept for review; nothing is ever removed
+    before it is archived.
     """
     from .guard import ExecOptions, exec_task
     from .registry import Registry
@@ -208,89 +213,6 @@ def task_show(task_id: str, as_json: bool) -> None:
         click.echo(f"{'verdict:':15} {v['outcome']}" + (f" (failed: {', '.join(failed)})" if failed else ""))
 
 
-@main.group(context_settings=CONTEXT)
-def policy() -> None:
-    """Roles and their path rules: show the effective policy, or check a file.
-
-    \b
-    Layers, later ones winning key by key: the built-in roles (implementor, test-writer,
-    reviewer, qa); $CCM_GUARD_HOME/policy.toml; the repository's .ccm-guard.toml (or
-    [tool.ccm-guard] in pyproject.toml) as committed; --policy FILE. exec reads the
-    repository's file from the task's base commit, never from the agent's worktree.
-
-    \b
-    Example .ccm-guard.toml:
-      default_role = "implementor"
-      [roles.docs-writer]
-      extends = "implementor"
-      allow = ["docs/", "*.md"]
-      [roles.docs-writer.limits]
-      max_files = 20
-    """
-
-
-@policy.command("show", context_settings=CONTEXT)
-@click.option("--role", metavar="ROLE", help="Only this role (default: all).")
-@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
-@click.option("--json", "as_json", is_flag=True)
-@handled
-def policy_show(role: str | None, policy_file: Path | None, as_json: bool) -> None:
-    """Print the effective policy of this repository and where each value came from."""
-    from . import policy as pol
-
-    _, effective = pol.for_checkout(Path.cwd(), "HEAD", policy_file)
-    names = [effective.role(role).name] if role else sorted(effective.roles)
-    data = {"default_role": effective.default_role, "files": effective.files,
-            "roles": {n: pol.describe(effective.roles[n]) for n in names}}
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    click.echo(f"default role: {effective.default_role}   files: {', '.join(effective.files) or '(built-in only)'}")
-    for name, values in data["roles"].items():  # type: ignore[attr-defined]
-        click.echo(f"[roles.{name}]")
-        for key, item in values.items():
-            click.echo(f"  {key} = {json.dumps(item['value'])}    # {item['from']}")
-
-
-@policy.command("check", context_settings=CONTEXT)
-@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@handled
-def policy_check(file: Path | None) -> None:
-    """Validate a policy file (default: .ccm-guard.toml in the current directory)."""
-    from . import policy as pol
-
-    path = file or Path(pol.POLICY_FILE)
-    effective = pol.build([pol.read_file(path)])
-    click.echo(f"{path}: ok ({len(effective.roles)} roles, default {effective.default_role})")
-
-
-@main.command("check-paths", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
-@click.argument("rev_range", required=False, metavar="[REV-RANGE]")
-@click.option("--staged", is_flag=True, help="Check what is staged for the next commit (the default).")
-@click.option("--role", metavar="ROLE", help="The role whose rules apply (default: the policy's default role).")
-@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
-@click.option("--json", "as_json", is_flag=True)
-@handled
-def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_file: Path | None,
-                as_json: bool) -> None:
-    """Check paths against a role's rules, outside exec: what is staged, or each commit of a range.
-
-    \b
-      ccm-guard check-paths --role test-writer            # the staged change
-      ccm-guard check-paths --role test-writer main..HEAD # every commit of a branch
-    The policy is read as committed at HEAD. Exit 1 when a path breaks a rule.
-    """
-    from .pathcheck import check_paths_command
-
-    violations = check_paths_command(Path.cwd(), rev_range if not staged else None, role, policy_file)
-    if as_json:
-        click.echo(json.dumps([v.__dict__ for v in violations], indent=2))
-    else:
-        for v in violations:
-            click.echo(("warning: " if v.severity == "warn" else "") + v.line())
-    sys.exit(1 if any(v.severity == "fail" for v in violations) else 0)
-
-
 @main.command(context_settings=CONTEXT)
 @click.option("--keep", is_flag=True, help="Keep the throwaway repository and print where it is.")
 @handled
@@ -304,3 +226,7 @@ def demo(keep: bool) -> None:
     from .demo import run_demo
 
     sys.exit(run_demo(keep))
+
+
+# The repository-side commands live in their own module; importing it registers them.
+from . import cli_repo  # noqa: E402,F401

@@ -24,6 +24,7 @@ class ExitCode(enum.IntEnum):
 
 
 EXIT_CODE_TABLE = """\
+\b
 Exit codes:
   0    pass: the agent exited 0 and every gate passed
   1    one or more gates failed (the verdict names them)

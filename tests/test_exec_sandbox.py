@@ -1,0 +1,133 @@
+"""exec under Landlock, the blocked-commit signature for real, recovery, and `roots`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ccm_guard import sandbox
+from conftest import ROOT, ccm, git, run_exec, write_agent
+
+pytestmark = pytest.mark.skipif(sandbox.abi() == 0, reason="this kernel has no Landlock")
+
+# An agent that sandboxes itself as tools unaware of linked worktrees do: only its cwd
+# (the worktree) and a temp dir writable. Its `git commit` then dies on index.lock.
+NAIVE_SANDBOX = f'''naive() {{
+  PYTHONPATH={ROOT} python3 -c '
+import os, sys
+from pathlib import Path
+from ccm_guard import sandbox
+sandbox.restrict([Path.cwd(), Path(os.environ["TMPDIR"])])
+os.execvp("sh", ["sh", "-c", sys.argv[1]])' "$1"
+}}
+'''
+
+
+def test_sandboxed_agent_can_commit_but_not_write_elsewhere(repo: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    agent = write_agent(tmp_path, f"""
+try() {{ if sh -c "$1" 2>/dev/null; then echo "$2 allowed"; else echo "$2 denied"; fi; }}
+{{ try "echo x >> {repo}/README.md" main-checkout
+   try "echo x >> {repo}/.git/config" git-config
+   try "echo x > {repo}/.git/hooks/pre-commit" git-hooks
+   try "echo x > $HOME/dotfile" home
+   try "echo x > $TMPDIR/scratch" private-tmp; }} > report.txt
+cat report.txt > /dev/stderr
+git add report.txt; git commit -qm 'sandboxed work'""")
+    res = run_exec(repo, agent, "--sandbox", "landlock")
+    assert res.code == 0, res.stdout + res.stderr
+    assert res.verdict["sandbox"].startswith("landlock ABI")
+    report = (Path(res.verdict["worktree"]) / "report.txt").read_text()
+    for place in ("main-checkout", "git-config", "git-hooks", "home"):
+        assert f"{place} denied" in report
+    assert "private-tmp allowed" in report
+    assert [c["subject"] for c in res.verdict["commits"]] == ["sandboxed work"]
+    assert res.verdict["recovery"] is None
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_commit_blocked_by_readonly_gitdir_is_recovered(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, NAIVE_SANDBOX + """echo 'print("fixed")' > src/app.py
+echo "Fix the app" > "$CCM_GUARD_SUMMARY"
+naive 'git add -A && git commit -qm "Fix the app"'""")
+    res = run_exec(repo, agent, "--task", "blocked")
+    stderr = Path(res.verdict["log_dir"], "agent.stderr.log").read_text()
+    assert "fatal: Unable to create" in stderr and "index.lock" in stderr  # git really failed
+    assert res.verdict["agent"]["exit_code"] != 0
+    rec = res.verdict["recovery"]
+    assert rec and rec["reason"] == "sandbox blocked commit" and rec["committed"] == ["src/app.py"]
+    assert res.code == 0, res.stdout
+    message = git(repo, "log", "-1", "--format=%B", "ccm/blocked")
+    assert message.startswith("Fix the app") and message.count("Recovery-Reason: sandbox blocked commit") == 1
+    assert git(repo, "show", "ccm/blocked:src/app.py") == 'print("fixed")'
+
+
+def test_with_the_roots_the_same_agent_commits_without_recovery(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, """echo 'print("fixed")' > src/app.py
+git add -A; git commit -qm 'Fix the app'""")
+    res = run_exec(repo, agent, "--sandbox", "landlock")
+    assert res.code == 0 and res.verdict["recovery"] is None
+    assert [c["subject"] for c in res.verdict["commits"]] == ["Fix the app"]
+
+
+@pytest.mark.parametrize("spoof", ["no-git-failure", "other-repository"])
+def test_spoofed_signature_gains_nothing(repo: Path, tmp_path: Path, spoof: str) -> None:
+    other = tmp_path / "elsewhere/.git/worktrees/x/index.lock"
+    line = ("fatal: Unable to create '$(git rev-parse --git-dir)/index.lock': Operation not permitted"
+            if spoof == "no-git-failure" else f"fatal: Unable to create '{other}': Operation not permitted")
+    agent = write_agent(tmp_path, f"""echo change > src/app.py
+echo "{line}" >&2
+exit 1""")
+    res = run_exec(repo, agent)
+    if spoof == "other-repository":  # not this task's git metadata: no recovery, the work is left
+        assert res.verdict["recovery"] is None
+        assert res.status("clean-tree") == "fail"
+    else:  # it matches; the allowed work is committed and judged like any commit the agent could make
+        assert res.verdict["recovery"]["committed"] == ["src/app.py"]
+        assert res.code == 0
+
+
+def test_spoofed_signature_with_forbidden_work_still_fails(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, """echo change > src/app.py; echo '* filter=x' > .gitattributes
+echo "fatal: Unable to create '$(git rev-parse --git-dir)/index.lock': Permission denied" >&2
+exit 1""")
+    res = run_exec(repo, agent)
+    rec = res.verdict["recovery"]
+    assert rec["committed"] == ["src/app.py"] and rec["left_uncommitted"] == [".gitattributes"]
+    assert res.code == 1
+    assert res.status("clean-tree") == "fail"
+    assert ".gitattributes" in git(Path(res.verdict["worktree"]), "status", "--porcelain")
+
+
+def test_roots_command(repo: Path, tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "ccm/r", str(wt))
+    lines = ccm("roots", str(wt), cwd=repo).stdout.split()
+    assert lines[0] == str(wt.resolve()) and lines[1].endswith(".git/worktrees/wt")
+    assert json.loads(ccm("roots", str(wt), "--json", cwd=repo).stdout) == lines
+    codex = ccm("roots", str(wt), "--format", "codex", cwd=repo).stdout.split()
+    assert codex[::2] == ["--add-dir"] * (len(lines) - 1) and codex[1::2] == lines[1:]
+    assert ccm("roots", str(repo), cwd=repo).stdout == ""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert ccm("roots", str(plain), cwd=repo).stdout == ""
+
+
+def test_sandbox_option_errors(repo: Path) -> None:
+    proc = ccm("exec", "--no-network", "--", "true", cwd=repo)
+    assert proc.returncode == 2 and "--no-network needs the sandbox" in proc.stderr
+
+
+def test_codex_profile_gets_add_dir_for_its_workspace_write_sandbox(repo: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "codex"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/codex-args"\n')
+    fake.chmod(0o755)
+    ccm("exec", "--json", "--no-require-commit", "--", "codex", "exec", "-s", "workspace-write", "do it",
+        cwd=repo, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    args = (Path(os.environ["HOME"]) / "codex-args").read_text().splitlines()
+    assert args[0] == "exec" and args[1] == "--add-dir" and args[-3:] == ["-s", "workspace-write", "do it"]
+    assert any(a.endswith("/objects") for a in args)
