@@ -140,29 +140,43 @@ def _show(report: "object", as_json: bool) -> None:
 
 @main.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("repo", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--worktree", "linked", type=click.Path(file_okay=False, path_type=Path),
+              help="Guard one linked worktree only (per-worktree config): its branch is the only ref it may move.")
+@click.option("--role", metavar="ROLE", help="With --worktree: the role whose path rules pre-commit applies.")
 @click.option("--force", is_flag=True, help="Install even though core.hooksPath is set (the old hooks are chained).")
 @click.option("--json", "as_json", is_flag=True)
 @handled
-def install(repo: Path | None, force: bool, as_json: bool) -> None:
+def install(repo: Path | None, linked: Path | None, role: str | None, force: bool, as_json: bool) -> None:
     """Install the guard hooks into a repository (existing hooks are kept and chained).
 
-    The hooks act only in worktrees that ccm-guard exec set up; in your own checkout they
-    step aside. `ccm-guard uninstall` restores exactly what was there.
+    \b
+      ccm-guard install                      # the whole repository
+      ccm-guard install --worktree ../wt     # one linked worktree, on its own branch
+    In a whole repository the hooks act only in worktrees ccm-guard set up; in your own
+    checkout they step aside. `ccm-guard uninstall` restores exactly what was there.
     """
-    from .install import install_repo
+    from .install import install_repo, install_worktree_here
 
-    _show(install_repo((repo or Path.cwd()).resolve(), force=force), as_json)
+    if linked is not None:
+        _show(install_worktree_here(linked.resolve(), role), as_json)
+    else:
+        _show(install_repo((repo or Path.cwd()).resolve(), force=force), as_json)
 
 
 @main.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("repo", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--worktree", "linked", type=click.Path(file_okay=False, path_type=Path),
+              help="Remove them from this linked worktree only.")
 @click.option("--json", "as_json", is_flag=True)
 @handled
-def uninstall(repo: Path | None, as_json: bool) -> None:
+def uninstall(repo: Path | None, linked: Path | None, as_json: bool) -> None:
     """Remove the guard hooks and restore the repository's own, byte for byte."""
-    from .install import uninstall_repo
+    from .install import uninstall_repo, uninstall_worktree
 
-    _show(uninstall_repo((repo or Path.cwd()).resolve()), as_json)
+    if linked is not None:
+        _show(uninstall_worktree(linked.resolve()), as_json)
+    else:
+        _show(uninstall_repo((repo or Path.cwd()).resolve()), as_json)
 
 
 @main.command(context_settings={**CONTEXT, "ignore_unknown_options": True}, hidden=True)

@@ -376,6 +376,21 @@ def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: 
     return report
 
 
+def install_worktree_here(worktree: Path, role: str | None) -> Report:
+    """`ccm-guard install --worktree PATH`: guard a worktree someone made by hand, on the
+    branch it has checked out, with the role's path rules as committed at its HEAD."""
+    found = git.discover(worktree)
+    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    branch = git.symbolic_head(repo)
+    if branch is None or not branch.startswith("refs/heads/"):
+        raise RepoError(f"{found.toplevel} has no branch checked out: check one out (git switch -c NAME) first")
+    name = found.git_dir.name
+    log = home() / "logs" / "installed" / f"{name}.refusals.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return install_worktree(found.toplevel, task=name, branch=branch, role=role or "implementor", log=log,
+                            base=git.resolve_commit(repo, "HEAD"))
+
+
 def _worktree_record(hooks: Path, config_worktree: Path) -> dict[str, Any]:
     """What this worktree had before ccm-guard: from the earlier install if there was one."""
     current = config_get(config_worktree, "core.hooksPath")
