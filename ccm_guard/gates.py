@@ -233,6 +233,8 @@ def path_policy(ctx: Context) -> list[Finding]:
     from .pathrules import Rules
 
     changes = git_or_skip(lambda: ctx.path_changes)
+    if not changes:
+        return []
     target = git_or_skip(lambda: link_targets(ctx.repo, changes, ctx.pins.worktree))
 
     def final_paths() -> list[str]:

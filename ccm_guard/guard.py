@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
-from . import configfile, gates, git, pathrules, policy, prevention, processes, recovery, runner, signatures, worktree
+from . import configfile, gates, git, policy, prevention, processes, recovery, runner, signatures, worktree
 from .context import Context, untrusted_reason
 from .delta import compare
 from .errors import GitError, GuardError
@@ -133,7 +133,9 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
     found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
     if found is None:
         return None
-    rules = pathrules.Rules(role.allow, role.forbid)
+    from .pathrules import Rules
+
+    rules = Rules(role.allow, role.forbid)
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     result = recovery.recover(repo, lambda p: rules.violation(p) is None, _agent_message(task, pins),
                               worktree.IDENTITY)
