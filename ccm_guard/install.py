@@ -45,13 +45,13 @@ import shlex
 import shutil
 import site
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import git
 from .errors import RepoError, UsageError
 from .registry import home
+from .resources import data_file
 
 GUARD_HOOKS = ("pre-commit", "commit-msg", "pre-push", "reference-transaction")
 # Every hook name git runs (githooks(5)): the ones a chain-only script may stand in for.
@@ -95,7 +95,7 @@ class Report:
 
 @functools.lru_cache(maxsize=1)
 def template() -> str:
-    return resources.files("ccm_guard.hooks").joinpath("hook.sh").read_text(encoding="utf-8")
+    return data_file("hooks", "hook.sh").read_text(encoding="utf-8")
 
 
 def hook_id(text: str) -> str | None:

@@ -11,13 +11,13 @@ import dataclasses
 import json
 import os
 import shutil
-from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Callable
 
 from . import git, install, roots, sandbox, worktree
 from .errors import UsageError
 from .policy import Role
+from .resources import data_file
 from .registry import Task
 from .snapshot import Pins
 
@@ -95,8 +95,7 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
 def _install_shim(directory: Path) -> Path:
     """A copy of the shim for this task, executable, first on the agent's PATH."""
     directory.mkdir(parents=True, exist_ok=True)
-    with as_file(files("ccm_guard.shims").joinpath("git")) as source:
-        shutil.copyfile(source, directory / "git")
+    shutil.copyfile(data_file("shims", "git"), directory / "git")
     (directory / "git").chmod(0o755)
     return directory
 
