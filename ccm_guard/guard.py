@@ -9,7 +9,7 @@ import os
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from . import configfile, gates, git, policy, prevention, processes, recovery, runner, signatures, worktree
 from .context import Context, untrusted_reason
@@ -76,15 +76,17 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     worktree.check_disk(plan)
     main = git.Repo(plan.main.git_dir, plan.main.common_dir, plan.main.toplevel)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # Reading the person's checkout overlaps the checkout of the task's: both are I/O.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # While git checks out the task's files: read the person's checkout, and compile
+        # the role's path rules for the pre-commit hook (pathspec's import is slow).
         main_status = pool.submit(main_files, main)
+        compiled = pool.submit(_compiled_rules, role)
         pins, task = worktree.create(plan, registry, opts.command, checks.to_json())
         main_before = main_status.result()
     host = worktree.host_repo(pins.common_dir)
     try:
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
-                               agent=opts.agent)
+                               agent=opts.agent, rules=compiled.result())
         before = snapshot(pins)  # after arming: its own config and hooks are the baseline
     except BaseException:
         with contextlib.suppress(Exception):
@@ -117,6 +119,12 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     verdict.refusals = prevention.refusals(armed.refusal_log)
     dispose(verdict, opts, task, pins, host, registry)
     return verdict
+
+
+def _compiled_rules(role: Role) -> dict[str, Any]:
+    from .pathrules import Rules
+
+    return Rules(role.allow, role.forbid).to_data()
 
 
 def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],

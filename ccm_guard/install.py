@@ -335,7 +335,8 @@ def write_settings(path: Path, values: Sequence[tuple[str, str]]) -> None:
 
 def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: Path,
                      base: str | None = None, allow_refs: Sequence[str] = ("refs/stash",),
-                     trailers: Sequence[str] = (), check_paths: bool = True) -> Report:
+                     trailers: Sequence[str] = (), check_paths: bool = True,
+                     rules: dict[str, Any] | None = None) -> Report:
     """Guard one linked worktree with per-worktree hooks; idempotent.
 
     `base`: the commit whose policy pre-commit applies (default: the worktree's HEAD,
@@ -363,6 +364,8 @@ def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: 
         ("log", str(Path(os.path.abspath(log)))), ("worktree", str(worktree)), ("admin", str(admin)),
         *((("base", base),) if base else ()),
         *(("allow_ref", ref) for ref in allow_refs), *(("trailer", t) for t in trailers),
+        # The role's path rules compiled by exec, so pre-commit need not load the policy.
+        *((("rules", json.dumps(rules, separators=(",", ":"))),) if rules is not None else ()),
     ])
     report.written.append(settings)
     prev = record["previous"] or _repo_hooks_dir(common)

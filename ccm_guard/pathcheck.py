@@ -196,7 +196,7 @@ def link_targets(repo: git.Repo, changes: list[PathChange], worktree: Path | Non
     return target
 
 
-def staged_violations(repo: git.Repo, role: "Role") -> list[Violation]:
+def staged_violations(repo: git.Repo, role: "Role | Rules") -> list[Violation]:
     """The path rules on what is staged for the next commit (for hooks and pre-commit)."""
     changes = from_raw(git.staged_changes(repo))
     return check(changes, _rules(role), link_targets(repo, changes),
@@ -210,10 +210,10 @@ def range_violations(repo: git.Repo, role: "Role", base: str, head: str) -> list
                  lambda: git.tree_paths(repo, head))
 
 
-def _rules(role: "Role") -> "Rules":
+def _rules(role: "Role | Rules") -> "Rules":
     from .pathrules import Rules
 
-    return Rules(role.allow, role.forbid)
+    return role if isinstance(role, Rules) else Rules(role.allow, role.forbid)
 
 
 def check_paths_command(start: Path, rev_range: str | None, role: str | None,

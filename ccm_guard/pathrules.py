@@ -1,8 +1,9 @@
 """Gitignore-style path patterns, matched fast and without being fooled by spelling.
 
-pathspec gives git's semantics. Its default backend costs about 4 µs a path for 21
-patterns (PERF-NOTES); with google-re2 installed (a dependency, with wheels for x86_64
-and aarch64) it is about 1.5 µs for 33, so that is used when present.
+pathspec translates each pattern into a regular expression; matching is done here, by
+git's own rules (checked against `git check-ignore`). Many paths at once (a gate, a
+check of a range) are matched in one scan of them all; forbid rules use google-re2 for
+that scan when it is installed (a dependency, with wheels for x86_64 and aarch64).
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import functools
 import importlib.util
 import re
 import unicodedata
-
-import pathspec
+from typing import Any
 
 
 @functools.lru_cache(maxsize=1)
@@ -20,50 +20,69 @@ def _backend() -> str:
     return "re2" if importlib.util.find_spec("re2") else "simple"
 
 
+Compiled = list[tuple[str | None, bool | None]]  # per pattern line: pathspec's expression, include
+
+
+def _compile(patterns: tuple[str, ...]) -> Compiled:
+    """pathspec's translation of gitignore patterns into regular expressions (the only
+    use of pathspec, which costs ~35 ms to import: hooks get the result ready-made)."""
+    import pathspec
+
+    try:
+        spec = pathspec.GitIgnoreSpec.from_lines(patterns)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc)) from exc
+    if not spec.patterns and any(not p.lstrip().startswith("#") for p in patterns):
+        raise ValueError("no usable pattern")
+    return [(p.regex.pattern if p.regex is not None else None, p.include) for p in spec.patterns]
+
+
 class Matcher:
-    def __init__(self, patterns: list[str] | tuple[str, ...], rare: bool = False) -> None:
+    def __init__(self, patterns: list[str] | tuple[str, ...], rare: bool = False,
+                 compiled: Compiled | None = None) -> None:
         # Blank lines yield no pattern in pathspec; dropping them keeps lines and
-        # compiled patterns side by side.
+        # expressions side by side.
         self.patterns = tuple(p for p in patterns if p.strip())
-        try:
-            self.spec = pathspec.GitIgnoreSpec.from_lines(self.patterns, backend=_backend())
-        except (ValueError, TypeError) as exc:
-            raise ValueError(str(exc)) from exc
-        if not self.spec.patterns and any(p.strip() and not p.lstrip().startswith("#") for p in self.patterns):
-            raise ValueError("no usable pattern")
-        self._negated = any(p.include is False for p in self.spec.patterns)
-        # re2 scans text that rarely matches (forbid rules) fastest; Python's re is
-        # faster when most lines match (allow rules): re2's binding pays per match.
-        self._bulk = None if self._negated else _line_scanner(
-            [p.regex.pattern for p in self.spec.patterns if p.include and p.regex is not None], rare)
+        self.compiled = compiled if compiled is not None else _compile(self.patterns)
+        self._rules = [
+            (line, re.compile(expr), bool(include), line.rstrip().endswith("/"))
+            for line, (expr, include) in zip(self.patterns, self.compiled)
+            if expr is not None and include is not None
+        ]
+        self._negated = any(not include for _, _, include, _ in self._rules)
+        self._rare = rare
+
+    def to_data(self) -> dict[str, object]:
+        return {"patterns": list(self.patterns), "compiled": self.compiled}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], rare: bool = False) -> "Matcher":
+        return cls(data["patterns"], rare, [(e, i) for e, i in data["compiled"]])
 
     def matches(self, path: str) -> bool:
-        if not self.patterns:
-            return False
         if self._negated:
             return self._decide_like_git(path)
-        # A name that is not UTF-8 (git keeps any bytes; Python holds them as surrogate
-        # escapes) is beyond re2: the pure-Python backend matches the same rules.
-        spec = self.spec if path.isascii() or _is_utf8(path) else self._exact()
-        return spec.match_file(path)
+        return any(regex.search(path) for _, regex, _, _ in self._rules)
 
     def matching(self, paths: list[str]) -> set[str]:
         """The paths this matches, many at once: one scan of them all joined by newlines.
 
-        Per path, even re2 costs about 1.5 µs; one scan of the joined text is C all the
-        way. Names with a newline or that are not UTF-8 take the one-by-one road.
+        One by one, even re2 costs about 1.5 µs a path; one scan of the joined text is C
+        all the way. Names with a newline or that are not UTF-8 take the one-by-one road.
         """
-        if not self.patterns:
+        if not self._rules:
             return set()
-        if self._bulk is None:
+        if self._negated or len(paths) < 64:  # few paths (a hook): not worth compiling a scanner
             return {p for p in paths if self.matches(p)}
         plain = [p for p in paths if "\n" not in p and (p.isascii() or _is_utf8(p))]
         odd = set(paths).difference(plain)
-        return set(self._bulk.findall("\n".join(plain))) | {p for p in odd if self.matches(p)}
+        return set(self._scanner().findall("\n".join(plain))) | {p for p in odd if self.matches(p)}
 
     @functools.cache
-    def _exact(self) -> pathspec.GitIgnoreSpec:
-        return pathspec.GitIgnoreSpec.from_lines(self.patterns, backend="simple")
+    def _scanner(self) -> "re.Pattern[str]":
+        # re2 scans text that rarely matches (forbid rules) fastest; Python's re is
+        # faster when most lines match (allow rules): re2's binding pays per match.
+        return _line_scanner([r.pattern for _, r, _, _ in self._rules], self._rare)
 
     def _decide_like_git(self, path: str) -> bool:
         """git's own rule, needed once a pattern is negated: the last pattern naming a name
@@ -76,12 +95,9 @@ class Matcher:
 
     def _decide(self, name: str, is_dir: bool) -> bool:
         decided = False
-        for line, pattern in zip(self.patterns, self.spec.patterns):
-            dir_only = line.rstrip().endswith("/")
-            if pattern.include is None or pattern.regex is None or (dir_only and not is_dir):
-                continue
-            if _names(pattern.regex, name, dir_only):
-                decided = pattern.include
+        for _, regex, include, dir_only in self._rules:
+            if (not dir_only or is_dir) and _names(regex, name, dir_only):
+                decided = include
         return decided
 
     def rule_for(self, path: str) -> str | None:
@@ -89,10 +105,10 @@ class Matcher:
         if not self.matches(path):
             return None
         decided = None
-        for line, compiled in zip(self.patterns, self.spec.patterns):
-            if compiled.include and compiled.match_file(path) is not None:
+        for line, regex, include, _ in self._rules:
+            if include and regex.search(path) is not None:
                 decided = line
-        return decided or next(line for line, c in zip(self.patterns, self.spec.patterns) if c.include)
+        return decided or next((line for line, _, include, _ in self._rules if include), None)
 
 
 def _names(regex: re.Pattern[str], directory: str, dir_only: bool) -> bool:
@@ -111,11 +127,9 @@ def _names(regex: re.Pattern[str], directory: str, dir_only: bool) -> bool:
     return False
 
 
-def _line_scanner(expressions: list[str], rare: bool) -> "re.Pattern[str] | None":
+def _line_scanner(expressions: list[str], rare: bool) -> "re.Pattern[str]":
     """One expression that finds, in paths joined by newlines, every line one of
-    pathspec's expressions matches (as `match` would, from the start of the path)."""
-    if not expressions:
-        return None
+    pathspec's expressions matches (as `search` would, anywhere in the path)."""
     alternatives = []
     for expr in expressions:
         expr = re.sub(r"\(\?P<[A-Za-z_]+>", "(?:", expr)
@@ -154,10 +168,24 @@ def spellings(path: str) -> list[str]:
 class Rules:
     """A role's allow and forbid lists together."""
 
-    def __init__(self, allow: tuple[str, ...] | None, forbid: tuple[str, ...]) -> None:
+    def __init__(self, allow: tuple[str, ...] | None, forbid: tuple[str, ...],
+                 ready: dict[str, Any] | None = None) -> None:
+        if ready is not None:  # compiled earlier (to_data): no pathspec needed
+            self.allow = Matcher.from_data(ready["allow"]) if ready["allow"] is not None else None
+            self.forbid = Matcher.from_data(ready["forbid"], rare=True)
+            self.forbid_folded = Matcher.from_data(ready["forbid_folded"], rare=True)
+            return
         self.allow = Matcher(allow) if allow is not None else None
         self.forbid = Matcher(forbid, rare=True)
         self.forbid_folded = Matcher([p.casefold() for p in forbid], rare=True)
+
+    def to_data(self) -> dict[str, Any]:
+        return {"allow": self.allow.to_data() if self.allow else None, "forbid": self.forbid.to_data(),
+                "forbid_folded": self.forbid_folded.to_data()}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> "Rules":
+        return cls(None, (), data)
 
     def violations(self, paths: list[str]) -> dict[str, str]:
         """`violation` for many paths at once (the bulk scans); only offenders are returned."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +114,8 @@ def build(sources: list[Source]) -> Policy:
 
 
 def _parse(source: Source) -> dict[str, Any] | None:
+    import tomllib  # here, not at the top: the pre-commit hook imports this module on every commit
+
     try:
         data: Any = tomllib.loads(source.text)
     except tomllib.TOMLDecodeError as exc:
@@ -276,12 +277,25 @@ def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple["
     return repo, load(repo, commit, override)
 
 
-def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD") -> list[str]:
-    """Violations of the role's path rules in what is staged, one line each (for hooks)."""
-    from .pathcheck import staged_violations
+def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
+                 rules: dict[str, Any] | None = None) -> list[str]:
+    """Violations of the role's path rules in what is staged, one line each (for hooks).
 
-    repo, pol = for_checkout(repo_root, policy_rev, None)
-    return [v.line() for v in staged_violations(repo, pol.role(role)) if v.severity == "fail"]
+    `rules`: the role's rules compiled ahead (Rules.to_data), as exec hands them to the
+    hooks: no policy to load and no pathspec to import on every commit.
+    """
+    from . import git
+    from .pathcheck import staged_violations
+    from .pathrules import Rules
+
+    if rules is not None:
+        found = git.discover(repo_root)
+        repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+        checked: Role | Rules = Rules.from_data(rules)
+    else:
+        repo, pol = for_checkout(repo_root, policy_rev, None)
+        checked = pol.role(role)
+    return [v.line() for v in staged_violations(repo, checked) if v.severity == "fail"]
 
 
 def describe(role: Role) -> dict[str, object]:

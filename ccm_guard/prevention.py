@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from . import git, install, roots, sandbox, worktree
 from .errors import UsageError
@@ -60,7 +60,8 @@ def check_options(sandbox_mode: str, no_network: bool, agent: str | None) -> Non
 
 
 def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode: str, no_network: bool,
-        agent: str | None) -> Armed:
+        agent: str | None, rules: dict[str, Any] | None = None) -> Armed:
+    """`rules`: the role's path rules compiled ahead, for the pre-commit hook."""
     log_dir = Path(task.log_dir)
     private = log_dir / "agent"  # the agent's own writable corner: temp files, the refusal log
     (private / "tmp").mkdir(parents=True, exist_ok=True)
@@ -68,7 +69,8 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     shim_dir = _install_shim(log_dir / "bin")
     with worktree.admin_lock(pins.common_dir):
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
-                                 base=task.base, check_paths=role.allow is not None or bool(role.forbid))
+                                 base=task.base, check_paths=role.allow is not None or bool(role.forbid),
+                                 rules=rules)
     profile = profile_of(command, agent)
     env = {
         "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",

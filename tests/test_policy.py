@@ -35,6 +35,10 @@ git add -A; git commit -qm 'tests and a sneaky fix'""")
     assert res.code == 1
     assert paths_of(res, "path-policy") == ["src/app.py"]
     assert "not in the role's allow list" in res.reasons("path-policy")
+    # The pre-commit hook (with the rules exec compiled for it) refused the commit on the spot.
+    refused = [r for r in res.verdict["refusals"] if r.get("op") == "path-policy"]
+    assert refused and "src/app.py" in json.dumps(refused)
+    assert git(repo, "rev-parse", "ccm/" + res.verdict["task"]) == res.verdict["base"]
     assert res.verdict["gates"][0]["name"] == "processes"
 
 
