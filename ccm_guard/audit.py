@@ -62,7 +62,7 @@ def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, 
         target = git.resolve_commit(repo, ref)
         if target is None:
             raise RepoError(f"--base {ref!r} does not name a commit: pass the branch the work started from")
-        base = git.run(["merge-base", head, target], repo).out.strip()
+        base = git.merge_base(repo, head, target)
     branch = (None if reason else git.symbolic_head(repo)) or "HEAD"
     pins = Pins(found.toplevel, found.git_dir, found.common_dir, branch.removeprefix("refs/heads/"))
     # No snapshot was taken before: the gates see the head and nothing else.

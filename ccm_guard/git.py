@@ -266,6 +266,22 @@ def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
     return res.returncode == 0
 
 
+def merge_base(repo: Repo, a: str, b: str) -> str:
+    return run(["merge-base", a, b], repo).out.strip()
+
+
+def has_any_commit(repo: Repo) -> bool:
+    return bool(run(["rev-list", "-n1", "--all"], repo).out.strip())
+
+
+def tree_of(repo: Repo, commit: str) -> str:
+    return run(["rev-parse", f"{commit}^{{tree}}"], repo).out.strip()
+
+
+def index_paths(repo: Repo) -> list[str]:
+    return run(["ls-files", "-z", "--cached"], repo).z()
+
+
 def commits(repo: Repo, base: str, head: str) -> list[tuple[str, str]]:
     """(sha, subject) of each commit in base..head, oldest first."""
     out = run(["log", "--reverse", "--no-decorate", "-z", "--format=%H %s", f"{base}..{head}", "--"], repo).z()

@@ -200,7 +200,7 @@ def staged_violations(repo: git.Repo, role: "Role | Rules") -> list[Violation]:
     """The path rules on what is staged for the next commit (for hooks and pre-commit)."""
     changes = from_raw(git.staged_changes(repo))
     return check(changes, _rules(role), link_targets(repo, changes),
-                 lambda: git.run(["ls-files", "-z", "--cached"], repo).z())
+                 lambda: git.index_paths(repo))
 
 
 def range_violations(repo: git.Repo, role: "Role", base: str, head: str) -> list[Violation]:

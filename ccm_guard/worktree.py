@@ -76,7 +76,7 @@ def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
     main = git.discover(start)
     host = host_repo(main.common_dir)
     base = git.resolve_commit(git.Repo(main.git_dir, main.common_dir, main.toplevel), base_rev)
-    if base is None and not _has_any_commit(host):
+    if base is None and not git.has_any_commit(host):
         raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")
     if base is None:
         raise RepoError(f"--base {base_rev!r} does not name a commit in {main.toplevel}: check `git log`")
@@ -91,10 +91,6 @@ def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
     if os.path.lexists(worktree):
         raise RepoError(f"{worktree} already exists: choose another --task, or remove that directory")
     return Plan(main, task, branch, base, worktree, home() / "logs" / key / task)
-
-
-def _has_any_commit(host: git.Repo) -> bool:
-    return bool(git.run(["rev-list", "-n1", "--all"], host).out.strip())
 
 
 def check_disk(p: Plan) -> None:
@@ -225,17 +221,13 @@ def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: 
     Returns the archive ref, or None when there was no work at all to keep.
     """
     commit = head if clean else git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n", IDENTITY)
-    if commit == head or _tree(host, commit) == _tree(host, head):
+    if commit == head or git.tree_of(host, commit) == git.tree_of(host, head):
         if head == base:
             return None
         commit = head  # everything is committed: the branch tip is the archive
     ref = f"refs/ccm-guard/archive/{task_id}"
     git.update_ref(host, ref, commit, message=f"ccm-guard: archive {task_id}")
     return ref
-
-
-def _tree(host: git.Repo, commit: str) -> str:
-    return git.run(["rev-parse", f"{commit}^{{tree}}"], host).out.strip()
 
 
 def remove(host: git.Repo, pins: Pins, head: str | None) -> None:
