@@ -68,8 +68,6 @@ class Repo:
     def distrust(self, reason: str) -> "Repo":
         return dataclasses.replace(self, untrusted=reason)
 
-    def with_work_tree(self, git_dir: Path, work_tree: Path) -> "Repo":
-        return dataclasses.replace(self, git_dir=git_dir, work_tree=work_tree)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,8 +311,7 @@ def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
 class StatusEntry:
     code: str  # "??" untracked, "!!" ignored, "UU"-style unmerged, else the XY pair
     path: str
-    head_mode: str = "000000"  # the mode in HEAD and in the work tree (tracked entries only)
-    worktree_mode: str = "000000"
+    head_mode: str = "000000"  # the mode in HEAD (tracked entries only)
     head_blob: str = ""  # the object in HEAD (tracked entries only)
 
 
@@ -334,10 +331,10 @@ def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
             entries.append(StatusEntry(kind * 2, record[2:]))
         elif kind == "1":
             fields = record.split(" ", 8)
-            entries.append(StatusEntry(fields[1], fields[8], fields[3], fields[5], fields[6]))
+            entries.append(StatusEntry(fields[1], fields[8], fields[3], fields[6]))
         elif kind == "u":
             fields = record.split(" ", 10)
-            entries.append(StatusEntry(fields[1], fields[10], fields[3], fields[6], fields[7]))
+            entries.append(StatusEntry(fields[1], fields[10], fields[3], fields[7]))
     return entries
 
 

@@ -121,7 +121,7 @@ def _symlink(c: PathChange, rules: Rules, target: str | None) -> list[Violation]
         return [Violation(c.path, f"is a symlink pointing outside the worktree ({target!r})", c.where)]
     why = rules.violation(resolved)
     if why:
-        return [Violation(c.path, f"is a symlink to {resolved!r}, which {why}", c.where)]
+        return [Violation(c.path, f"is a symlink to {resolved!r}, which is {why}", c.where)]
     return []
 
 

@@ -11,7 +11,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import StateError
 
@@ -186,8 +186,3 @@ class _Tx:
 
     def __exit__(self, kind: object, *_: object) -> None:
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")
-
-
-def rows(tasks: list[Task]) -> Iterator[dict[str, Any]]:
-    for task in tasks:
-        yield task.to_json()

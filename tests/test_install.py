@@ -245,6 +245,18 @@ def forbid_script(repo: Path) -> None:
     git(repo, "commit", "-q", "-m", "check")
 
 
+def installed_over_the_tool_and_restored(repo: Path) -> None:
+    """ccm-guard installed over a tool's hooks: both work, and uninstall leaves them as they were."""
+    hooks = repo / ".git/hooks"
+    before = tree_state(hooks)
+    install.install_repo(repo)
+    wt = add_worktree(repo)
+    tool_round_trip(repo, wt)
+    install.uninstall_worktree(wt)
+    install.uninstall_repo(repo)
+    assert tree_state(hooks) == before
+
+
 def tool_round_trip(repo: Path, wt: Path) -> None:
     """The tool works in the main checkout and, chained, in a guarded task worktree."""
     for where in (repo, wt):
@@ -267,14 +279,7 @@ def test_pre_commit_framework_keeps_working(repo: Path) -> None:
     git(repo, "add", ".pre-commit-config.yaml")
     git(repo, "commit", "-q", "-m", "pre-commit config")
     subprocess.run([sys.executable, "-m", "pre_commit", "install"], cwd=repo, check=True, capture_output=True)
-    hooks = repo / ".git/hooks"
-    before = tree_state(hooks)
-    install.install_repo(repo)
-    wt = add_worktree(repo)
-    tool_round_trip(repo, wt)
-    install.uninstall_worktree(wt)
-    install.uninstall_repo(repo)
-    assert tree_state(hooks) == before
+    installed_over_the_tool_and_restored(repo)
 
 
 @pytest.fixture(scope="session")
@@ -323,11 +328,4 @@ def test_lefthook_keeps_working(repo: Path, node_tools: Path, monkeypatch: pytes
     git(repo, "commit", "-q", "-m", "lefthook config")
     monkeypatch.setenv("LEFTHOOK_BIN", str(node_tools / ".bin/lefthook"))
     subprocess.run([str(node_tools / ".bin/lefthook"), "install"], cwd=repo, check=True, capture_output=True)
-    hooks = repo / ".git/hooks"
-    before = tree_state(hooks)
-    install.install_repo(repo)
-    wt = add_worktree(repo)
-    tool_round_trip(repo, wt)
-    install.uninstall_worktree(wt)
-    install.uninstall_repo(repo)
-    assert tree_state(hooks) == before
+    installed_over_the_tool_and_restored(repo)

@@ -136,7 +136,7 @@ ln -s src/app.py fine; git add -A; rgit commit -qm links; ln -s ../../x dirty-li
     reasons = res.reasons("path-policy")
     assert "escape: is a symlink pointing outside the worktree ('../../outside')" in reasons
     assert "abs: is a symlink pointing outside the worktree ('/etc/passwd')" in reasons
-    assert "attrs: is a symlink to '.gitattributes', which forbidden by '**/.gitattributes'" in reasons
+    assert "attrs: is a symlink to '.gitattributes', which is forbidden by '**/.gitattributes'" in reasons
     assert "dirty-link: is a symlink pointing outside the worktree" in reasons
     assert "fine" not in paths_of(res, "path-policy")
 
