@@ -18,7 +18,7 @@ from .errors import GitError, GuardError
 from .policy import Role
 from .registry import Registry, Task
 from .report import Verdict
-from .snapshot import Pins, Snapshot, take
+from .snapshot import Pins, Snapshot, read_nofollow, take
 
 
 @dataclasses.dataclass
@@ -173,13 +173,15 @@ def _agent_message(task: Task, pins: Pins) -> str | None:
 
 
 def snapshot(pins: Pins) -> Snapshot:
-    """Take a snapshot with the config files' include targets in it."""
-    first = take(pins)
+    """One walk of the metadata, with the files the config files include in it (the
+    config files are few and read first, so the walk is not done twice)."""
+    common = pins.common_dir
     targets: list[Path] = []
-    for key, data in first.contents.items():
-        if key.startswith("common/") and key.endswith(("/config", "/config.worktree")):
-            targets += configfile.include_targets(pins.common_dir / key[len("common/"):], data)
-    return take(pins, tuple(targets)) if targets else first
+    for path in (common / "config", common / "config.worktree", *common.glob("worktrees/*/config.worktree")):
+        data = read_nofollow(path)
+        if data:
+            targets += configfile.include_targets(path, data)
+    return take(pins, tuple(targets))
 
 
 def main_files(main: git.Repo) -> dict[str, str]:
