@@ -18,6 +18,8 @@ class ExitCode(enum.IntEnum):
     REPO = 5  # the repository cannot be used as asked (not a repo, bare, empty, ...)
     GIT = 6  # git itself failed, or refused to be run on a tampered repository
     STATE = 7  # ccm-guard's own state (registry, task) is missing or inconsistent
+    APPLY_REFUSED = 8  # apply would conflict, or the checked-out target is dirty: nothing changed
+    BLOCKED = 9  # the agent left question.json: the worktree is kept for `task resume`
     NOT_EXECUTABLE = 126  # the agent command exists but cannot be run
     NOT_FOUND = 127  # the agent command does not exist
     INTERRUPTED = 130  # Ctrl-C
@@ -34,7 +36,10 @@ Exit codes:
   5    the repository cannot be used as asked (not a repository, bare, no commits,
        --base does not resolve, task/branch/worktree exists, not enough disk)
   6    git failed, or ccm-guard refused to run git on tampered repository metadata
-  7    ccm-guard state error (unknown task, registry problem)
+  7    ccm-guard state error (unknown task, registry problem, illegal status change)
+  8    apply refused: the merge conflicts, or the checked-out target has uncommitted
+       changes (nothing was changed)
+  9    the agent is blocked on a question (question.json); `task resume` continues
   126  the agent command is not executable
   127  the agent command was not found
   130  interrupted (Ctrl-C)"""
@@ -56,6 +61,14 @@ class UsageError(GuardError):
 
 class RepoError(GuardError):
     exit_code = ExitCode.REPO
+
+
+class NotARepository(RepoError):
+    """The directory is in no git repository (exec falls back to a copied directory)."""
+
+
+class ApplyRefused(GuardError):
+    exit_code = ExitCode.APPLY_REFUSED
 
 
 class GitError(GuardError):

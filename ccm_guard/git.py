@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .errors import GitError, RepoError, UntrustedRepoError
+from .errors import GitError, NotARepository, RepoError, UntrustedRepoError
 
 HARDENING = (
     "--no-pager",
@@ -192,7 +192,7 @@ def discover(path: Path) -> Discovered:
     if res.returncode != 0:  # no work tree, or no repository at all: ask again to tell which
         res = run(query, cwd=path, check=False)
     if res.returncode != 0:
-        raise RepoError(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
+        raise NotARepository(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
     bare, git_dir, common, *top = res.out.splitlines()
     if bare == "true":
         raise RepoError(

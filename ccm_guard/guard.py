@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from . import configfile, gates, git, policy, prevention, processes, recovery, runner, signatures, worktree
 from .context import Context, untrusted_reason
 from .delta import compare
-from .errors import GitError, GuardError
+from .errors import GitError, GuardError, NotARepository
 from .policy import Role
 from .registry import Registry, Task
 from .report import Verdict
@@ -41,6 +41,7 @@ class ExecOptions:
     sandbox: str = "none"  # "landlock", "auto" (Landlock where the kernel has it) or "none"
     no_network: bool = False
     agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
+    apply: bool = False  # on pass, apply the task into the branch the person has checked out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +70,12 @@ class Checks:
 
 def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     command = runner.resolve_command(opts.command, os.environ, Path.cwd())
-    plan = worktree.plan(opts.start, opts.task, opts.base)
+    try:
+        plan = worktree.plan(opts.start, opts.task, opts.base)
+    except NotARepository:
+        from . import copyexec  # a plain directory: the copied-directory strategy
+
+        return copyexec.exec_copied(opts, registry)
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
     role = policy.load(worktree.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
