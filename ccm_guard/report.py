@@ -13,6 +13,9 @@ from .gates import GateResult
 from .git import FileStat
 from .runner import AgentResult
 
+# The gates that judge finished work: a blocked agent has not finished, so they may fail.
+UNFINISHED_WORK_GATES = frozenset({"new-commit", "clean-tree"})
+
 
 @dataclasses.dataclass
 class Verdict:
@@ -36,21 +39,34 @@ class Verdict:
     sandbox: str = "none"
     profile: str = "generic"
     next_steps: list[str] = dataclasses.field(default_factory=list)
+    question: str | None = None  # the agent's question.json: the run is BLOCKED, not finished
+    applied: dict[str, Any] | None = None  # `exec --apply`: the apply summary
+    apply_refused: str | None = None  # `exec --apply` passed the gates but the apply was refused
 
     @property
     def gates_passed(self) -> bool:
         return all(g.status in ("pass", "warn") for g in self.gates) and not self.errors
 
     @property
+    def blocked(self) -> bool:
+        """A question ends the run unfinished: only the gates that judge finished work may fail."""
+        return self.question is not None and not self.errors and all(
+            g.status in ("pass", "warn") or g.name in UNFINISHED_WORK_GATES for g in self.gates)
+
+    @property
     def exit_code(self) -> ExitCode:
         if self.agent is not None and self.agent.interrupted:
             return ExitCode.INTERRUPTED
+        if self.blocked:
+            return ExitCode.BLOCKED
         if not self.gates_passed:
             return ExitCode.GATES_FAILED
         if self.agent is not None and self.agent.timed_out:
             return ExitCode.AGENT_TIMEOUT
         if self.agent is not None and not self.agent.ok and self.recovery is None:
             return ExitCode.AGENT_FAILED  # (a recovered run failed only because its commit was blocked)
+        if self.apply_refused:
+            return ExitCode.APPLY_REFUSED
         return ExitCode.OK
 
     @property
@@ -61,6 +77,8 @@ class Verdict:
             ExitCode.AGENT_TIMEOUT: "agent-timed-out",
             ExitCode.AGENT_FAILED: "agent-failed",
             ExitCode.INTERRUPTED: "interrupted",
+            ExitCode.BLOCKED: "blocked",
+            ExitCode.APPLY_REFUSED: "apply-refused",
         }[self.exit_code]
 
     def to_json(self) -> dict[str, Any]:
@@ -123,6 +141,12 @@ def render(v: Verdict) -> str:
                 lines.append(f"          ... and {len(finding.paths) - len(shown)} more")
     for err in v.errors:
         lines.append(f"  error: {safe(err)}")
+    if v.question is not None:
+        lines.append(f"  blocked: the agent asks: {safe(v.question)[:500]}")
+    if v.applied:
+        lines.extend("  " + line for line in render_apply(v.applied))
+    if v.apply_refused:
+        lines.append(f"  apply refused: {safe(v.apply_refused)}")
     lines.append(f"  worktree: {v.worktree} ({v.disposition})")
     if v.archive:
         lines.append(f"  archive: {v.archive}")
@@ -131,6 +155,17 @@ def render(v: Verdict) -> str:
         lines.append("  next:")
         lines.extend(f"    {step}" for step in v.next_steps)
     return "\n".join(lines)
+
+
+def render_apply(a: dict[str, Any]) -> list[str]:
+    """The apply summary: what landed where (`task apply` and `exec --apply`)."""
+    lines = [f"applied: task {safe(a['task'])} into {safe(a['target'])} ({a['strategy']}) as {a['new'][:12]}"
+             f"  files changed: {a['files']} (+{a['insertions']} -{a['deletions']})"]
+    if a.get("attempts", 1) > 1:
+        lines.append(f"  the target moved during the apply; it landed on attempt {a['attempts']}")
+    if a.get("checkout"):
+        lines.append(f"  updated your checkout: {safe(a['checkout'])}")
+    return lines
 
 
 def _agent_line(a: AgentResult) -> str:
