@@ -82,6 +82,10 @@ def main() -> None:
 @click.option("--on-fail", type=click.Choice(["keep", "discard"]), default="keep", show_default=True,
               help="On failure keep the worktree, or archive all work to refs/ccm-guard/archive/<task> and remove it.")
 @click.option("--cleanup", is_flag=True, help="On pass, archive the work and remove worktree and branch.")
+@click.option("--apply", "apply_on_pass", is_flag=True,
+              help="On pass, apply the task into the branch checked out here (as `task apply` does).")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
+              help="Keep a snapshot ref (refs/ccm-guard/snapshots/<task>/<n>) at every Nth commit; 0: none.")
 @click.option("--pass-env", "keep_env", multiple=True, metavar="NAME",
               help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...).")
 @click.option("--pty/--no-pty", "terminal", default=None,
@@ -100,7 +104,8 @@ def main() -> None:
 def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, role: str | None,
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
              keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
-             agent: str | None, as_json: bool, command: tuple[str, ...]) -> None:
+             agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
+             snapshot_every: int = 10) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b
@@ -132,7 +137,8 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         require_commit=require_commit,
         on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
         terminal=False if as_json and terminal is None else terminal,
-        sandbox=sandbox_mode, no_network=no_network, agent=agent,
+        sandbox=sandbox_mode, no_network=no_network, agent=agent, apply=apply_on_pass,
+        snapshot_every=snapshot_every,
     )
     verdict = exec_task(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))
@@ -164,55 +170,6 @@ def audit(target: str | None, base: str | None, read_only: bool, require_commit:
     sys.exit(0 if verdict.gates_passed else int(ExitCode.GATES_FAILED))
 
 
-@main.group(context_settings=CONTEXT)
-def task() -> None:
-    """The task registry: what ran, where, and how it ended."""
-
-
-@task.command("list", context_settings=CONTEXT)
-@click.option("--all", "show_all", is_flag=True, help="Include tasks that were cleaned up or discarded.")
-@click.option("--json", "as_json", is_flag=True)
-@handled
-def task_list(show_all: bool, as_json: bool) -> None:
-    """List tasks (live ones unless --all)."""
-    from .registry import Registry
-
-    tasks = Registry().list(live_only=not show_all)
-    if as_json:
-        click.echo(json.dumps([t.to_json() for t in tasks], indent=2))
-        return
-    if not tasks:
-        click.echo("no tasks" + ("" if show_all else " (--all shows finished ones)"))
-        return
-    click.echo(f"{'TASK':28} {'STATUS':10} {'BASE':12} {'BRANCH':36} WORKTREE")
-    for t in tasks:
-        click.echo(f"{t.id:28} {t.status:10} {t.base[:12]:12} {t.branch:36} {t.worktree}")
-
-
-@task.command("show", context_settings=CONTEXT)
-@click.argument("task_id", metavar="TASK")
-@click.option("--json", "as_json", is_flag=True)
-@handled
-def task_show(task_id: str, as_json: bool) -> None:
-    """Show one task: status, base, paths and its last verdict."""
-    from .registry import Registry
-
-    t = Registry().get(task_id)
-    if as_json:
-        click.echo(json.dumps(t.to_json(), indent=2))
-        return
-    for name in ("id", "status", "branch", "base", "main_worktree", "worktree", "admin_dir", "log_dir"):
-        click.echo(f"{name + ':':15} {getattr(t, name)}")
-    click.echo(f"{'command:':15} {' '.join(json.loads(t.command))}")
-    if t.abandoned:
-        click.echo(f"{'note:':15} the ccm-guard process that ran this task (pid {t.pid}) is gone; "
-                   f"the worktree is kept: `ccm-guard audit {t.id}` judges it")
-    if t.verdict:
-        v = json.loads(t.verdict)
-        failed = [g["name"] for g in v["gates"] if g["status"] in ("fail", "skipped")]
-        click.echo(f"{'verdict:':15} {v['outcome']}" + (f" (failed: {', '.join(failed)})" if failed else ""))
-
-
 @main.command(context_settings=CONTEXT)
 @click.option("--keep", is_flag=True, help="Keep the throwaway repository and print where it is.")
 @handled
@@ -228,5 +185,5 @@ def demo(keep: bool) -> None:
     sys.exit(run_demo(keep))
 
 
-# The repository-side commands live in their own module; importing it registers them.
-from . import cli_repo  # noqa: E402,F401
+# The other commands live in their own modules; importing them registers them.
+from . import cli_repo, cli_task  # noqa: E402,F401

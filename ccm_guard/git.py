@@ -268,6 +268,137 @@ def merge_base(repo: Repo, a: str, b: str) -> str:
     return run(["merge-base", a, b], repo).out.strip()
 
 
+@dataclasses.dataclass(frozen=True)
+class MergeResult:
+    tree: str | None  # None when the merge conflicts
+    conflicts: dict[str, str]  # path -> git's CONFLICT message
+
+
+def merge_tree(repo: Repo, ours: str, theirs: str) -> MergeResult:
+    """Merge two commits in the object store only (no index, no work tree touched)."""
+    res = run(["merge-tree", "--write-tree", "-z", "--name-only", ours, theirs], repo, check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    head, _, messages = res.out.partition("\0\0")
+    tree, *names = head.split("\0")
+    # Messages: <count> NUL <count paths> NUL <type> NUL <text> NUL, repeated.
+    conflicts = {name.rstrip("\0"): "conflict" for name in names if name}
+    fields = messages.split("\0")
+    i = 0
+    while i < len(fields) and fields[i].isdigit():
+        count = int(fields[i])
+        paths, kind, text = fields[i + 1:i + 1 + count], fields[i + 1 + count], fields[i + 2 + count]
+        if kind.startswith("CONFLICT"):
+            for path in paths:
+                conflicts[path] = text.strip()
+        i += count + 3
+    return MergeResult(tree if res.returncode == 0 else None, conflicts)
+
+
+def commit_tree(repo: Repo, tree: str, parents: Sequence[str], message: str, identity: Mapping[str, str]) -> str:
+    args = ["commit-tree", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    return run([*args, "-F", "-"], repo, env=identity, input=message.encode()).out.strip()
+
+
+def try_update_ref(repo: Repo, ref: str, new: str, old: str, message: str) -> bool:
+    """Compare-and-swap: move `ref` from `old` to `new`; False if it was not at `old`."""
+    res = run(["update-ref", "-m", message, ref, new, old], repo, check=False)
+    if res.returncode == 0:
+        return True
+    if resolve_commit(repo, ref) != old:
+        return False  # somebody else moved it first: the caller recomputes and retries
+    raise GitError(describe_failure(res))
+
+
+def count_commits(repo: Repo, base: str, head: str) -> int:
+    return int(run(["rev-list", "--count", f"{base}..{head}"], repo).out.strip() or 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorktreeEntry:
+    path: Path
+    head: str | None
+    branch: str | None  # full ref name, None when detached
+    locked: str | None  # the lock reason ("" when locked without one)
+    prunable: bool
+
+
+def worktree_list(repo: Repo) -> list[WorktreeEntry]:
+    entries: list[WorktreeEntry] = []
+    for block in run(["worktree", "list", "--porcelain", "-z"], repo, cwd="/").out.split("\0\0"):
+        fields: dict[str, str] = {}
+        for line in block.split("\0"):
+            key, _, value = line.partition(" ")
+            if key:
+                fields[key] = value
+        if "worktree" in fields and "bare" not in fields:
+            entries.append(WorktreeEntry(Path(fields["worktree"]), fields.get("HEAD"), fields.get("branch"),
+                                         fields.get("locked"), "prunable" in fields))
+    return entries
+
+
+def fast_forward_checkout(repo: Repo, old: str, new: str) -> None:
+    """Bring a clean checkout at `old` to `new`: index and changed files only (two-tree merge)."""
+    run(["read-tree", "-m", "-u", old, new], repo)
+
+
+def diff_text(repo: Repo, base: str, head: str) -> str:
+    return run(["diff", "--no-ext-diff", "--no-textconv", "--stat", "--patch", base, head, "--"], repo).out
+
+
+def fetch_ref(repo: Repo, url: str, branch: str, into: str) -> str | None:
+    """Fetch `branch` of `url` into the private ref `into`; None when the remote lacks it."""
+    res = run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", url, f"+refs/heads/{branch}:{into}"],
+              repo, check=False)
+    if res.returncode != 0:
+        if b"couldn't find remote ref" in res.stderr:
+            return None
+        raise GitError(describe_failure(res))
+    return resolve_commit(repo, into)
+
+
+def push_ref(repo: Repo, url: str, commit: str, branch: str) -> str | None:
+    """Push without force; the rejection message when the remote moved, None on success."""
+    res = run(["push", "--quiet", "--porcelain", url, f"{commit}:refs/heads/{branch}"], repo, check=False)
+    if res.returncode == 0:
+        return None
+    text = (res.stdout + res.stderr).decode("utf-8", "replace")
+    if any(sign in text for sign in ("fetch first", "non-fast-forward", "[rejected]", "stale info")):
+        return text.strip().splitlines()[-1] if text.strip() else "rejected"
+    raise GitError(describe_failure(res))
+
+
+def remote_url(repo: Repo, name: str) -> str | None:
+    res = run(["config", "--get", f"remote.{name}.url"], repo, check=False)
+    return res.out.strip() or None
+
+
+def refs_under(repo: Repo, prefix: str) -> dict[str, str]:
+    out = run(["for-each-ref", "--format=%(refname) %(objectname)", prefix], repo).out
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)  # type: ignore[misc]
+
+
+def reset_work_tree(repo: Repo, head: str, work: str | None = None) -> None:
+    """The work tree (and its branch) exactly at `head`, then `work`'s files on top as
+    uncommitted changes: how an archive or a snapshot with uncommitted work comes back."""
+    run(["reset", "--quiet", "--hard", head], repo)
+    run(["clean", "-f", "-d", "--quiet"], repo)
+    if work is not None and work != head:
+        run(["read-tree", "-m", "-u", head, work], repo)
+        run(["reset", "--quiet", head], repo)  # the index back to head: the files stay as work
+
+
+def restore_path(repo: Repo, rev: str, path: str) -> bool:
+    """One path in index and work tree back to `rev`; False if `rev` does not have it (removed)."""
+    if blob_at(repo, rev, path) is not None:
+        run(["restore", "--source", rev, "--staged", "--worktree", "--", path], repo)
+        return True
+    run(["rm", "--quiet", "--cached", "--ignore-unmatch", "--", path], repo)
+    return False
+
+
 def has_any_commit(repo: Repo) -> bool:
     return bool(run(["rev-list", "-n1", "--all"], repo).out.strip())
 
@@ -501,3 +632,97 @@ def archive_commit(repo: Repo, parent: str, message: str, identity: Mapping[str,
             run(["add", "--all", "--", "."], repo, env=env)
         tree = run(["write-tree"], repo, env=env).out.strip()
         return run(["commit-tree", tree, "-p", parent, "-F", "-"], repo, env=env, input=message.encode()).out.strip()
+
+
+# --- ignored files, for .worktreeinclude ------------------------------------------------------
+
+
+def ignored_untracked(repo: Repo) -> list[str]:
+    """Untracked paths the repository's own ignore rules ignore, relative to the top.
+
+    A directory git does not walk into (wholly ignored, `node_modules/`) is one entry
+    ending in "/". Tracked files are never listed, ignored or not.
+    """
+    return run(["ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"], repo).z()
+
+
+def untracked_matching(repo: Repo, patterns: Path) -> list[str]:
+    """Untracked paths the gitignore-style patterns in the file `patterns` match, whatever
+    the repository's own ignore rules say; a directory whose untracked files all match is
+    one entry ending in "/". git does the matching, so its rules (anchoring, `**`,
+    negation, directory-only patterns) hold exactly.
+    """
+    return run(["ls-files", "--others", "--ignored", f"--exclude-from={patterns}", "--directory", "-z"], repo).z()
+
+
+# --- the warm pool, sparse tasks and cheap removal (issue 7) ---------------------------------
+
+
+def worktree_add_pooled(repo: Repo, path: Path, base: str, reason: str) -> None:
+    """A detached worktree at `base`, locked with `reason` from the moment it exists (so a
+    `git worktree prune` elsewhere leaves it alone), its files not yet checked out: the
+    checkout (`reset_hard`) runs outside the repository's administration lock."""
+    run(["worktree", "add", "--quiet", "--detach", "--no-checkout", "--lock", "--reason", reason, str(path), base],
+        repo, cwd="/")
+
+
+def worktree_add_bare(repo: Repo, path: Path, branch: str, base: str) -> None:
+    """`worktree add -b` without the checkout: the admin dir, HEAD and branch only (~10 ms
+    at any size); `reset_hard` or a sparse setup fills the work tree afterwards."""
+    run(["worktree", "add", "--quiet", "--no-checkout", "-b", branch, str(path), base], repo, cwd="/")
+
+
+def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
+    """Index and work tree to `rev`; files whose stat data match are not rewritten, and a
+    sparse checkout's patterns are honoured. (`worktree add` itself runs exactly this.)"""
+    run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
+
+
+def clean_all(repo: Repo) -> None:
+    """Remove untracked and ignored files, nested repositories too (-ff)."""
+    run(["clean", "-ffdxq"], repo)
+
+
+def refresh_index(repo: Repo) -> None:
+    """Record the files' stat data in the index. After a checkout the index and the files
+    share a timestamp second, so every status re-hashes them until this runs at least a
+    second later (PERF-NOTES). Exit 1 only says some file differs: status tells which."""
+    run(["update-index", "-q", "--refresh"], repo, check=False)
+
+
+def worktree_lock(repo: Repo, path: Path, reason: str) -> None:
+    run(["worktree", "lock", "--reason", reason, str(path)], repo, cwd="/")
+
+
+def worktree_unlock(repo: Repo, path: Path) -> None:
+    run(["worktree", "unlock", str(path)], repo, cwd="/")
+
+
+def worktree_move(repo: Repo, src: Path, dst: Path) -> None:
+    """Rename a linked worktree; git rewrites its `.git` pointer and the admin dir's `gitdir`."""
+    run(["worktree", "move", str(src), str(dst)], repo, cwd="/")
+
+
+def checkout_new_branch(repo: Repo, branch: str, base: str) -> None:
+    """Create `branch` at `base` and check it out, touching only the files that differ from
+    what is checked out now; fails if the branch exists."""
+    run(["checkout", "--quiet", "--no-track", "-b", branch, base, "--"], repo)
+
+
+def detach_head(repo: Repo, commit: str, message: str = "ccm-guard: back to the pool") -> None:
+    """Point the worktree's HEAD straight at `commit` (no files change)."""
+    run(["update-ref", "--no-deref", "-m", message, "HEAD", commit], repo)
+
+
+def sparse_set_cone(repo: Repo, directories: Sequence[str]) -> None:
+    """Cone-mode sparse checkout of `directories` (from stdin: no name is taken for an
+    option). Writes `info/sparse-checkout` in the admin dir, `core.sparseCheckout*` in its
+    `config.worktree`, and `extensions.worktreeConfig` in the shared config if unset."""
+    data = "".join(f"{d}\n" for d in directories).encode("utf-8", "surrogateescape")
+    run(["sparse-checkout", "set", "--cone", "--stdin"], repo, input=data, literal=False)
+
+
+def object_type(repo: Repo, rev: str, path: str) -> str | None:
+    """"tree", "blob", "commit" (a gitlink) ... of `path` at `rev`, or None if it has none."""
+    res = run(["cat-file", "-t", f"{rev}:{path}"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None

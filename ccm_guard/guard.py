@@ -42,6 +42,7 @@ class ExecOptions:
     no_network: bool = False
     agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
     apply: bool = False  # on pass, apply the task into the branch the person has checked out
+    snapshot_every: int = 10  # a snapshot ref at every Nth commit of the run (0: none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,6 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         compiled = pool.submit(_compiled_rules, role)
         pins, task = worktree.create(plan, registry, opts.command, checks.to_json())
         main_before = main_status.result()
-    host = worktree.host_repo(pins.common_dir)
     try:
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
                                agent=opts.agent, rules=compiled.result())
@@ -102,11 +102,18 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     baseline = Path(task.log_dir, "baseline.json")
     baseline.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
+    return run_and_judge(opts, registry, task, pins, role, checks, armed, before, main_before)
 
+
+def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins, role: Role, checks: Checks,
+                  armed: prevention.Armed, before: Snapshot, main_before: Mapping[str, str] | None) -> Verdict:
+    """The agent's run and everything after it, for a new task and a resumed one alike."""
+    host = worktree.host_repo(pins.common_dir)
     marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
     env = runner.agent_environment(os.environ, opts.keep_env, {
         **armed.env, "CCM_GUARD_TASK": task.id, "CCM_GUARD_WORKTREE": str(pins.worktree),
         "CCM_GUARD_SUMMARY": str(Path(task.log_dir, "agent", "summary")),
+        "CCM_GUARD_QUESTION": str(pins.worktree / QUESTION_FILE),
         marker.split("=", 1)[0]: marker.split("=", 1)[1],
     })
     processes.become_subreaper()
@@ -123,8 +130,33 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     verdict.agent = agent
     verdict.sandbox, verdict.profile = armed.sandbox, armed.profile
     verdict.refusals = prevention.refusals(armed.refusal_log)
+    verdict.question = read_question(pins.worktree)
     dispose(verdict, opts, task, pins, host, registry)
     return verdict
+
+
+QUESTION_FILE = "question.json"
+
+
+def read_question(worktree_dir: Path) -> str | None:
+    """The agent's question, if it left one (seed 000's BLOCKED): its "question" field, else
+    the text. Read without following a link and capped: the agent wrote it."""
+    path = worktree_dir / QUESTION_FILE
+    if not os.path.lexists(path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(1 << 16).decode("utf-8", "replace")
+    except OSError as exc:
+        return f"({QUESTION_FILE} could not be read: {exc.strerror})"
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw.strip()
+    if isinstance(data, dict) and isinstance(data.get("question"), str):
+        return str(data["question"])
+    return raw.strip()
 
 
 def _compiled_rules(role: Role) -> dict[str, Any]:
@@ -252,15 +284,40 @@ def judge(
 
 def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
     """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
+    if verdict.blocked:
+        registry.move(task.id, "BLOCKED")
+        verdict.disposition = "kept: the agent is blocked on a question"
+        verdict.next_steps = [f"answer, then: ccm-guard task resume {task.id} -- <agent command>",
+                              f"or give up:   ccm-guard task discard {task.id}"]
+        registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+        return
     passed = verdict.exit_code == 0
-    registry.move(task.id, "COMMITTED" if passed else "ERRORED")
+    registry.move(task.id, "COMMITTED" if passed else "ERRORED", verdict=json.dumps(verdict.to_json()))
+    if verdict.git_trusted and verdict.head:
+        from .taskops import auto_snapshots
+
+        with contextlib.suppress(GitError):
+            auto_snapshots(host, task, verdict.head, opts.snapshot_every)
+    if passed and opts.apply and verdict.head and verdict.head != task.base:
+        _apply_on_pass(verdict, task, registry)
+        passed = verdict.exit_code == 0
     remove = opts.cleanup if passed else opts.on_fail == "discard"
     if remove:
         _archive_and_remove(verdict, task, pins, host)
         if verdict.disposition.startswith("removed"):
+            registry.set_option(task.id, "archive", {"ref": verdict.archive, "head": verdict.head or task.base})
             registry.move(task.id, "CLEANED_UP" if passed else "DISCARDED")
     verdict.next_steps = next_steps(verdict, task)
     registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+
+
+def _apply_on_pass(verdict: Verdict, task: Task, registry: Registry) -> None:
+    from . import applying
+
+    try:
+        verdict.applied = applying.apply_task(registry, task.id).to_json()
+    except GuardError as exc:
+        verdict.apply_refused = exc.message
 
 
 def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo) -> None:

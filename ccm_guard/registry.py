@@ -39,17 +39,18 @@ CREATE INDEX IF NOT EXISTS tasks_repo ON tasks(repo, status);
 """
 
 # The lifecycle (DESIGN.md § Lifecycle); anything else is a bug or a race, and refused.
+RESTORED = {"COMMITTED", "ERRORED", "BLOCKED", "ROLLED_BACK"}  # `task restore`: back to where it was
 TRANSITIONS: dict[str, set[str]] = {
     "PENDING": {"CREATED", "ERRORED", "CLEANED_UP"},
     "CREATED": {"ACTIVE", "ERRORED", "DISCARDED", "CLEANED_UP"},
     "ACTIVE": {"COMMITTED", "BLOCKED", "ERRORED", "ROLLED_BACK", "DISCARDED", "CLEANED_UP"},
-    "BLOCKED": {"ACTIVE", "DISCARDED", "ERRORED"},
+    "BLOCKED": {"ACTIVE", "DISCARDED", "ERRORED", "ROLLED_BACK"},
     "COMMITTED": {"APPLIED", "DISCARDED", "ROLLED_BACK", "CLEANED_UP", "ACTIVE"},
     "ERRORED": {"DISCARDED", "CLEANED_UP", "ACTIVE", "ROLLED_BACK"},
     "APPLIED": {"CLEANED_UP", "ROLLED_BACK"},
     "ROLLED_BACK": {"ACTIVE", "DISCARDED", "CLEANED_UP"},
-    "DISCARDED": {"CLEANED_UP"},
-    "CLEANED_UP": set(),
+    "DISCARDED": {"CLEANED_UP", *RESTORED},
+    "CLEANED_UP": {"APPLIED", *RESTORED},
 }
 LIVE = ("PENDING", "CREATED", "ACTIVE", "BLOCKED", "COMMITTED", "ERRORED")
 
@@ -86,6 +87,13 @@ class Task:
         except PermissionError:
             return False
         return False
+
+    def option_dict(self) -> dict[str, Any]:
+        data = json.loads(self.options or "{}")
+        return data if isinstance(data, dict) else {}
+
+    def option(self, key: str) -> Any:
+        return self.option_dict().get(key)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -162,13 +170,27 @@ class Registry:
         sets = ", ".join(f"{k} = :{k}" for k in fields)
         self.db.execute(f"UPDATE tasks SET {sets} WHERE id = :id", {**fields, "id": task_id})
 
+    def check_move(self, task_id: str, status: str) -> None:
+        """Refuse an illegal status change before doing the work it would record."""
+        current = self.get(task_id).status
+        if status not in TRANSITIONS[current]:
+            raise StateError(f"task {task_id} cannot go from {current} to {status}")
+
     def move(self, task_id: str, status: str, **fields: Any) -> None:
         """Change a task's status along the lifecycle, atomically against other processes."""
         with self.transaction():
-            current = self.get(task_id).status
-            if status not in TRANSITIONS[current]:
-                raise StateError(f"task {task_id} cannot go from {current} to {status}")
+            self.check_move(task_id, status)
             self.update(task_id, status=status, **fields)
+
+    def set_option(self, task_id: str, key: str, value: Any) -> None:
+        """Record one fact about a task (its archive, an apply in flight, ...) in `options`."""
+        with self.transaction():
+            options = self.get(task_id).option_dict()
+            if value is None:
+                options.pop(key, None)
+            else:
+                options[key] = value
+            self.update(task_id, options=json.dumps(options))
 
     def delete(self, task_id: str) -> None:
         self.db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))

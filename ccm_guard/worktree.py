@@ -137,7 +137,7 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
         p.worktree.parent.mkdir(parents=True, exist_ok=True)
         with admin_lock(p.main.common_dir):
             git.worktree_add(host, p.worktree, p.branch, p.base)
-        admin = _admin_dir(p.worktree, p.main.common_dir)
+        admin = admin_dir_of(p.worktree, p.main.common_dir)
         p.log_dir.mkdir(parents=True, exist_ok=True)
     except BaseException:
         with _no_interrupts():
@@ -149,7 +149,7 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
     return Pins(p.worktree, admin, p.main.common_dir, p.branch), task
 
 
-def _admin_dir(worktree: Path, common: Path) -> Path:
+def admin_dir_of(worktree: Path, common: Path) -> Path:
     # Read once, right after git wrote it and before the agent exists: from here on the
     # admin dir is pinned and the pointer file is only something to compare.
     text = (worktree / ".git").read_text().strip()
@@ -160,7 +160,7 @@ def _admin_dir(worktree: Path, common: Path) -> Path:
 
 
 @contextlib.contextmanager
-def admin_lock(common_dir: Path) -> Iterator[None]:
+def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
     """Serialise worktree administration on one repository across ccm-guard processes.
 
     Concurrent `git worktree add`s read each other's half-written `commondir` files and
@@ -169,7 +169,8 @@ def admin_lock(common_dir: Path) -> Iterator[None]:
     locks = home() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
     name = hashlib.sha256(str(common_dir).encode()).hexdigest()[:16]
-    with open(locks / f"{name}.lock", "w") as fh:
+    suffix = "" if purpose == "admin" else f"-{purpose}"
+    with open(locks / f"{name}{suffix}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
 

@@ -1,0 +1,274 @@
+"""After the run: apply, discard, restore, rollback, snapshot, diff, BLOCKED and resume.
+
+Real repositories, real `ccm-guard` processes; each test checks the repository afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import ccm, git, make_repo, run_exec, write_agent
+
+COMMIT_A = 'echo "feature" > feature.txt\nrgit add feature.txt\nrgit commit -q -m "add feature"\n'
+
+
+def _task(repo: Path, tmp_path: Path, task: str, body: str = COMMIT_A, *options: str) -> dict:
+    agent = write_agent(tmp_path, body, name=f"{task}.sh")
+    result = run_exec(repo, agent, "--task", task, *options)
+    return result.verdict | {"code": result.code}
+
+
+def _json(proc) -> dict:  # type: ignore[no-untyped-def]
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_apply_merges_without_touching_the_person_s_files_and_updates_their_clean_checkout(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1")
+    assert v["code"] == 0, v
+    before = git(repo, "rev-parse", "main")
+    proc = ccm("task", "apply", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    applied = _json(proc)["applied"]
+    assert applied["old"] == before and applied["target"] == "main" and applied["files"] == 1
+    new = git(repo, "rev-parse", "main")
+    assert new == applied["new"]
+    assert git(repo, "rev-parse", f"{new}^1") == before and git(repo, "rev-parse", f"{new}^2") == v["head"]
+    assert "Ccm-Guard-Task: t1" in git(repo, "log", "-1", "--format=%B", new)
+    # The checkout was clean, so it was brought up to date: the file is there, status clean.
+    assert (repo / "feature.txt").read_text() == "feature\n"
+    assert git(repo, "status", "--porcelain") == ""
+    show = _json(ccm("task", "show", "t1", "--json", cwd=repo))
+    assert show["status"] == "APPLIED" and show["options"]["applied"]["new"] == new
+    # Applying twice is refused with the reason.
+    again = ccm("task", "apply", "t1", cwd=repo)
+    assert again.returncode == 8 and "already applied" in again.stderr
+
+
+def test_apply_refuses_a_dirty_checkout_and_changes_nothing(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1")
+    (repo / "README.md").write_text("my own edit\n")
+    refs = git(repo, "for-each-ref")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8, proc.stderr
+    assert "uncommitted changes" in proc.stderr and "README.md" in proc.stderr
+    assert git(repo, "for-each-ref") == refs
+    assert (repo / "README.md").read_text() == "my own edit\n" and not (repo / "feature.txt").exists()
+    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "COMMITTED"
+
+
+def test_apply_into_a_branch_not_checked_out_touches_no_work_tree(repo: Path, tmp_path: Path) -> None:
+    git(repo, "branch", "release")
+    _task(repo, tmp_path, "t1")
+    proc = ccm("task", "apply", "t1", "--into", "release", "--strategy", "squash", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    new = git(repo, "rev-parse", "release")
+    assert git(repo, "rev-list", "--count", "--parents", "-1", new) and \
+        len(git(repo, "log", "-1", "--format=%P", new).split()) == 1  # squash: one parent
+    assert git(repo, "show", f"{new}:feature.txt") == "feature"
+    assert not (repo / "feature.txt").exists()  # main's checkout untouched
+
+
+def test_conflicting_apply_reports_each_path_and_changes_nothing(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1", 'echo agent > README.md\nrgit commit -q -am "agent edit"\n')
+    (repo / "README.md").write_text("person edit\n")
+    git(repo, "commit", "-q", "-am", "person edit")
+    refs = git(repo, "for-each-ref")
+    show = _json(ccm("task", "show", "t1", "--json", cwd=repo))
+    assert show["divergence"]["conflicts"] == {"README.md": show["divergence"]["conflicts"]["README.md"]}
+    assert show["divergence"]["task_commits"] == 1 and show["divergence"]["target_commits"] == 1
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8 and "conflicts in 1 path(s)" in proc.stderr and "README.md" in proc.stderr
+    assert git(repo, "for-each-ref") == refs and git(repo, "status", "--porcelain") == ""
+
+
+def test_ff_strategy_refuses_when_the_target_moved(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1")
+    (repo / "other.txt").write_text("x\n")
+    git(repo, "add", "other.txt")
+    git(repo, "commit", "-q", "-m", "person")
+    proc = ccm("task", "apply", "t1", "--strategy", "ff", cwd=repo)
+    assert proc.returncode == 8 and "not a fast-forward" in proc.stderr
+
+
+def test_apply_refuses_a_task_that_failed_its_gates(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1", COMMIT_A + "echo left > loose.txt\n")
+    assert v["code"] == 1
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 7 and "ERRORED" in proc.stderr
+
+
+def test_apply_refuses_when_the_branch_moved_after_the_gates(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1")
+    wt = Path(_json(ccm("task", "show", "t1", "--json", cwd=repo))["worktree"])
+    (wt / "late.txt").write_text("late\n")
+    git(wt, "add", "late.txt")
+    git(wt, "-c", "core.hooksPath=/dev/null", "commit", "-q", "-m", "after the gates")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8 and "moved since its gates passed" in proc.stderr
+
+
+def test_exec_apply_lands_on_pass(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1", COMMIT_A, "--apply")
+    assert v["code"] == 0 and v["applied"]["target"] == "main"
+    assert git(repo, "rev-parse", "main") == v["applied"]["new"]
+    assert (repo / "feature.txt").exists()
+
+
+def test_discard_archives_committed_and_uncommitted_work_and_restore_brings_it_back(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1", COMMIT_A + "echo wip > wip.txt\necho more >> README.md\n")
+    assert v["code"] == 1  # uncommitted work: clean-tree fails, the worktree is kept
+    wt = Path(v["worktree"])
+    proc = ccm("task", "discard", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    result = _json(proc)
+    assert result["archive"] == "refs/ccm-guard/archive/t1"
+    assert not wt.exists() and not git(repo, "branch", "--list", "ccm/t1")
+    archive = git(repo, "rev-parse", "refs/ccm-guard/archive/t1")
+    assert git(repo, "show", f"{archive}:wip.txt") == "wip"
+    assert git(repo, "rev-parse", f"{archive}^") == v["head"]
+    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "DISCARDED"
+
+    proc = ccm("task", "restore", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "rev-parse", "ccm/t1") == v["head"]
+    assert (wt / "wip.txt").read_text() == "wip\n" and (wt / "feature.txt").exists()
+    status = git(wt, "status", "--porcelain")
+    assert "?? wip.txt" in status and "M README.md" in status  # (git() strips the leading blank)
+    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "ERRORED"
+    # And it can be discarded again: the archive is rebuilt from the restored worktree.
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+
+
+def test_rollback_to_base_saves_the_work_as_a_snapshot_first(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1")
+    wt = Path(v["worktree"])
+    (wt / "extra.txt").write_text("extra\n")
+    proc = ccm("task", "rollback", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    saved = _json(proc)["saved_as_snapshot"]
+    assert git(repo, "rev-parse", "ccm/t1") == v["base"]
+    assert not (wt / "feature.txt").exists() and not (wt / "extra.txt").exists()
+    snap = git(repo, "rev-parse", f"refs/ccm-guard/snapshots/t1/{saved}")
+    assert git(repo, "show", f"{snap}:extra.txt") == "extra" and git(repo, "show", f"{snap}:feature.txt") == "feature"
+    # ... and rolling back to that snapshot brings everything back, uncommitted work uncommitted.
+    proc = ccm("task", "rollback", "t1", "--to-snapshot", str(saved), cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "rev-parse", "ccm/t1") == v["head"]
+    assert (wt / "extra.txt").read_text() == "extra\n" and "?? extra.txt" in git(wt, "status", "--porcelain")
+
+
+def test_rollback_of_one_file(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1", 'echo changed > README.md\necho new > new.txt\nrgit add -A\nrgit commit -q -m x\n')
+    wt = Path(v["worktree"])
+    assert ccm("task", "rollback", "t1", "--file", "README.md", cwd=repo).returncode == 0
+    assert (wt / "README.md").read_text() == "# project\n" and (wt / "new.txt").exists()
+    assert ccm("task", "rollback", "t1", "--file", "new.txt", cwd=repo).returncode == 0
+    assert "new.txt" not in git(wt, "ls-files")
+    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "COMMITTED"
+
+
+def test_rollback_of_an_applied_task_resets_the_target_when_nothing_landed_since(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1")
+    before = git(repo, "rev-parse", "main")
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
+    proc = ccm("task", "rollback", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert _json(proc)["how"].startswith("reset")
+    assert git(repo, "rev-parse", "main") == before and not (repo / "feature.txt").exists()
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_rollback_of_an_applied_task_reverts_when_work_landed_since(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1")
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
+    (repo / "later.txt").write_text("later\n")
+    git(repo, "add", "later.txt")
+    git(repo, "commit", "-q", "-m", "later work")
+    later = git(repo, "rev-parse", "main")
+    proc = ccm("task", "rollback", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert _json(proc)["how"].startswith("revert")
+    assert git(repo, "rev-parse", "main^") == later
+    assert not (repo / "feature.txt").exists() and (repo / "later.txt").exists()
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_snapshot_and_diff_include_uncommitted_work(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1")
+    wt = Path(v["worktree"])
+    (wt / "draft.txt").write_text("draft\n")
+    proc = ccm("task", "snapshot", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    snap = _json(proc)
+    assert snap["snapshot"] == 1 and snap["uncommitted"]
+    assert git(repo, "show", f"refs/ccm-guard/snapshots/t1/1:draft.txt") == "draft"
+    text = ccm("task", "diff", "t1", cwd=repo).stdout
+    assert "+feature" in text and "+draft" in text and "feature.txt" in text
+    # The worktree itself was not changed by either.
+    assert "?? draft.txt" in git(wt, "status", "--porcelain")
+
+
+def test_auto_snapshot_every_n_commits(repo: Path, tmp_path: Path) -> None:
+    body = "".join(f'echo {i} > f{i}.txt\nrgit add f{i}.txt\nrgit commit -q -m c{i}\n' for i in range(5))
+    v = _task(repo, tmp_path, "t1", body, "--snapshot-every", "2")
+    assert v["code"] == 0
+    snaps = git(repo, "for-each-ref", "--format=%(refname)", "refs/ccm-guard/snapshots/t1/").split()
+    assert snaps == ["refs/ccm-guard/snapshots/t1/1", "refs/ccm-guard/snapshots/t1/2"]
+    commits = git(repo, "rev-list", "--reverse", f"{v['base']}..{v['head']}").split()
+    assert git(repo, "rev-parse", snaps[0]) == commits[1] and git(repo, "rev-parse", snaps[1]) == commits[3]
+
+
+def test_question_blocks_the_run_and_resume_continues_in_the_same_worktree(repo: Path, tmp_path: Path) -> None:
+    ask = 'echo half > half.txt\nprintf \'{"question": "Which database?"}\' > question.json\n'
+    v = _task(repo, tmp_path, "t1", ask)
+    assert v["code"] == 9 and v["outcome"] == "blocked" and v["question"] == "Which database?"
+    wt = Path(v["worktree"])
+    assert wt.exists() and (wt / "half.txt").exists()
+    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "BLOCKED"
+    finish = write_agent(tmp_path, 'test -f half.txt\ntest ! -e question.json\necho done >> half.txt\n'
+                         'rgit add half.txt\nrgit commit -q -m "finish"\n', name="finish.sh")
+    proc = ccm("task", "resume", "t1", "--json", "--", str(finish), cwd=repo)
+    verdict = _json(proc)
+    assert proc.returncode == 0, proc.stderr + json.dumps(verdict["gates"])
+    assert verdict["head"] == git(repo, "rev-parse", "ccm/t1") and verdict["question"] is None
+    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "COMMITTED"
+    assert list(Path(v["log_dir"], "questions").iterdir())  # the answered question is kept in the logs
+
+
+def test_a_question_does_not_hide_a_security_failure(repo: Path, tmp_path: Path) -> None:
+    v = _task(repo, tmp_path, "t1", 'echo q > question.json\nrgit update-ref refs/heads/main HEAD~0\n'
+              'rgit -C "$CCM_GUARD_WORKTREE" config --local core.fsmonitor "touch /tmp/x"\n')
+    assert v["code"] == 1 and v["outcome"] == "gates-failed"
+
+
+def test_resume_refuses_a_task_that_is_not_blocked(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1")
+    proc = ccm("task", "resume", "t1", "--", "true", cwd=repo)
+    assert proc.returncode == 7 and "not BLOCKED" in proc.stderr
+
+
+def test_unknown_task_is_a_state_error_for_every_verb(repo: Path) -> None:
+    for verb in ("show", "diff", "apply", "discard", "restore", "rollback", "snapshot"):
+        proc = ccm("task", verb, "nope", cwd=repo)
+        assert proc.returncode == 7 and "no task 'nope'" in proc.stderr, (verb, proc.stderr)
+
+
+def test_apply_into_a_remote_bare_repository(tmp_path: Path) -> None:
+    origin = tmp_path / "origin.git"
+    seed = make_repo(tmp_path / "seed")
+    git(tmp_path, "clone", "-q", "--bare", str(seed), str(origin))
+    repo = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(origin), str(repo))
+    _task(repo, tmp_path, "t1")
+    proc = ccm("task", "apply", "t1", "--into", "origin/main", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    applied = _json(proc)["applied"]
+    assert git(origin, "rev-parse", "main") == applied["new"] and applied["remote"]
+    assert git(origin, "show", "main:feature.txt") == "feature"
+    # Rolling back a remote apply is a revert commit pushed on top (never a force push).
+    proc = ccm("task", "rollback", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(origin, "rev-parse", "main^") == applied["new"]
+    assert git(origin, "ls-tree", "--name-only", "main").split() == ["README.md", "src"]
