@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import git, worktree
+from . import failpoints, git, worktree
 from .errors import ApplyRefused, GitError, StateError, UsageError
 from .registry import Registry, Task
 
@@ -152,10 +152,12 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
                 _require_clean(checkout, target)
             registry.set_option(task.id, "applying", {"ref": target.ref, "old": old, "new": new,
                                                           "strategy": strategy})
+            failpoints.point("apply-before-cas")
             if not git.try_update_ref(host, target.ref, new, old, f"ccm-guard: apply task {task.id}"):
                 registry.set_option(task.id, "applying", None)
                 time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
                 continue
+            failpoints.point("apply-after-cas")
             if checkout:
                 _update_checkout(host, checkout, target, old, new)
         return _record(registry, task, host, target, strategy, old, new, attempt,

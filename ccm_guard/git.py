@@ -361,11 +361,15 @@ def fetch_ref(repo: Repo, url: str, branch: str, into: str) -> str | None:
 
 def push_ref(repo: Repo, url: str, commit: str, branch: str) -> str | None:
     """Push without force; the rejection message when the remote moved, None on success."""
-    res = run(["push", "--quiet", "--porcelain", url, f"{commit}:refs/heads/{branch}"], repo, check=False)
+    res = run(["push", "--porcelain", url, f"{commit}:refs/heads/{branch}"], repo, check=False)
     if res.returncode == 0:
         return None
     text = (res.stdout + res.stderr).decode("utf-8", "replace")
-    if any(sign in text for sign in ("fetch first", "non-fast-forward", "[rejected]", "stale info")):
+    # A lost race shows as a rejection, or (two pushes at the same moment) as the remote
+    # failing to lock or update the ref it was about to move.
+    races = ("fetch first", "non-fast-forward", "[rejected]", "stale info", "cannot lock ref",
+             "failed to update ref", "incorrect old value")
+    if any(sign in text for sign in races):
         return text.strip().splitlines()[-1] if text.strip() else "rejected"
     raise GitError(describe_failure(res))
 
@@ -377,7 +381,7 @@ def remote_url(repo: Repo, name: str) -> str | None:
 
 def refs_under(repo: Repo, prefix: str) -> dict[str, str]:
     out = run(["for-each-ref", "--format=%(refname) %(objectname)", prefix], repo).out
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)  # type: ignore[misc]
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
 
 
 def reset_work_tree(repo: Repo, head: str, work: str | None = None) -> None:
@@ -725,4 +729,33 @@ def sparse_set_cone(repo: Repo, directories: Sequence[str]) -> None:
 def object_type(repo: Repo, rev: str, path: str) -> str | None:
     """"tree", "blob", "commit" (a gitlink) ... of `path` at `rev`, or None if it has none."""
     res = run(["cat-file", "-t", f"{rev}:{path}"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+# --- gc: which refs keep a piece of work, and the index of a vanished worktree ---------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RefTree:
+    ref: str
+    commit: str
+    tree: str  # the tree of the commit the ref points at (an annotated tag is peeled)
+
+
+def ref_trees(repo: Repo, contains: str | None = None) -> list[RefTree]:
+    """Every ref (only those whose history holds `contains`, when given) with its tree."""
+    fmt = "--format=%(refname)%00%(objectname)%00%(tree)%00%(*objectname)%00%(*tree)"
+    args = ["for-each-ref", fmt] + ([f"--contains={contains}"] if contains else [])
+    found = []
+    for line in run(args, repo).out.splitlines():
+        ref, commit, tree, peeled, peeled_tree = line.split("\0")
+        if tree or peeled_tree:  # refs to blobs or trees keep no commit
+            found.append(RefTree(ref, peeled or commit, tree or peeled_tree))
+    return found
+
+
+def index_tree(repo: Repo, index: Path) -> str | None:
+    """The tree an index file describes (what was staged there), or None when git cannot
+    write one from it (unmerged entries, missing objects, not an index at all)."""
+    res = run(["write-tree"], repo, env={"GIT_INDEX_FILE": str(index)}, check=False)
     return res.out.strip() if res.returncode == 0 else None

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import configfile, gates, git, policy, prevention, processes, recovery, runner, signatures, worktree
+from . import configfile, failpoints, gates, git, policy, prevention, processes, recovery, runner, signatures, worktree
 from .context import Context, untrusted_reason
 from .delta import compare
 from .errors import GitError, GuardError, NotARepository
@@ -121,6 +121,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins,
     agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
                        opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
     leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
+    failpoints.point("before-gates")
 
     verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
     recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log)

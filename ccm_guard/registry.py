@@ -6,6 +6,7 @@ WAL and a busy timeout let many ccm-guard processes (many agents at once) share 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import sqlite3
@@ -113,13 +114,17 @@ class Registry:
         self.path = path or home() / "registry.db"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA busy_timeout = 30000")
-            self.db.execute("PRAGMA journal_mode = WAL")
-            # With WAL, NORMAL cannot corrupt the file; it only skips an fsync per transaction.
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self.db.executescript(SCHEMA)
-            self._migrate()
+            # Switching to WAL and creating the schema do not wait for a busy database the
+            # way queries do: ten processes opening a new registry at once fail without this.
+            with open(self.path.parent / "registry.open.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                self.db.execute("PRAGMA busy_timeout = 30000")
+                self.db.execute("PRAGMA journal_mode = WAL")
+                # With WAL, NORMAL cannot corrupt the file; it only skips an fsync per transaction.
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                self.db.executescript(SCHEMA)
+                self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
         self.db.row_factory = sqlite3.Row

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import applying, configfile, git, prevention, worktree
-from .errors import ApplyRefused, GitError, GuardError, StateError, UsageError
+from . import applying, configfile, failpoints, git, prevention, worktree
+from .errors import ApplyRefused, GitError, GuardError, StateError, UntrustedRepoError, UsageError
 from .registry import Registry, Task
 from .snapshot import Pins
 
@@ -36,7 +36,7 @@ def task_repo(task: Task) -> git.Repo:
                          f"`ccm-guard task restore {task.id}` brings an archived task back")
     reason = configfile.unsafe_to_run(pins.common_dir / "config", pins.admin_dir / "config.worktree")
     if reason:
-        raise git.UntrustedRepoError(f"refusing to run git in {task.worktree}: {reason}; inspect it by hand")
+        raise UntrustedRepoError(f"refusing to run git in {task.worktree}: {reason}; inspect it by hand")
     return git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
 
 
@@ -83,6 +83,7 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
         archive = None
     registry.set_option(task.id, "archive", {"ref": archive, "head": head, "status": task.status,
                                              "commit": git.resolve_commit(host, archive) if archive else None})
+    failpoints.point("discard-after-archive")
     if present:
         with contextlib.suppress(GuardError, OSError):
             prevention.disarm(pins)

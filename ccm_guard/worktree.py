@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import git, indexfile
+from . import failpoints, git, indexfile
 from .errors import GitError, RepoError, UsageError
 from .registry import Registry, Task, home
 from .snapshot import Pins
@@ -137,6 +137,7 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
         p.worktree.parent.mkdir(parents=True, exist_ok=True)
         with admin_lock(p.main.common_dir):
             git.worktree_add(host, p.worktree, p.branch, p.base)
+        failpoints.point("create-after-worktree-add")
         admin = admin_dir_of(p.worktree, p.main.common_dir)
         p.log_dir.mkdir(parents=True, exist_ok=True)
     except BaseException:
