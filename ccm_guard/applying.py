@@ -118,9 +118,13 @@ def resolve_target(host: git.Repo, task: Task, into: str | None) -> Target:
 
 def build(host: git.Repo, task: Task, head: str, old: str, strategy: str) -> str:
     """The commit that would land on a target now at `old` (objects only, no tree touched)."""
-    if git.is_ancestor(host, head, old):
+    try:
+        meeting = git.merge_base(host, old, head)  # one call answers both questions below
+    except GitError as exc:
+        raise ApplyRefused(f"the target {old[:12]} and task {task.id} share no history: pick another --into") from exc
+    if meeting == head:
         raise ApplyRefused(f"task {task.id}'s commits are already in the target ({old[:12]})")
-    fast_forward = git.is_ancestor(host, old, head)
+    fast_forward = meeting == old
     if strategy == "ff":
         if not fast_forward:
             raise ApplyRefused("the target has moved since the task's base, so this is not a fast-forward: "
@@ -251,7 +255,8 @@ def _repo_of_checkout(host: git.Repo, path: Path) -> git.Repo:
 
 
 def _require_clean(checkout: git.Repo, target: Target) -> None:
-    dirty = [e.path for e in git.status(checkout) if e.code not in ("??", "!!")]
+    # Untracked files need no look: read-tree refuses to overwrite one that is in the way.
+    dirty = [e.path for e in git.status(checkout, untracked=False)]
     if dirty:
         shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
         raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with uncommitted changes "
@@ -273,6 +278,19 @@ def _apply_lock(common_dir: Path) -> Iterator[None]:
     # Updating a checkout's index is not atomic like a ref: one applier at a time.
     with worktree.admin_lock(common_dir, "apply"):
         yield
+
+
+def render(a: dict[str, Any]) -> list[str]:
+    """The apply summary: what landed where (`task apply` and `exec --apply`)."""
+    from .report import safe
+
+    lines = [f"applied: task {safe(a['task'])} into {safe(a['target'])} ({a['strategy']}) as {a['new'][:12]}"
+             f"  files changed: {a['files']} (+{a['insertions']} -{a['deletions']})"]
+    if a.get("attempts", 1) > 1:
+        lines.append(f"  the target moved during the apply; it landed on attempt {a['attempts']}")
+    if a.get("checkout"):
+        lines.append(f"  updated your checkout: {safe(a['checkout'])}")
+    return lines
 
 
 # --- what an apply would do ------------------------------------------------------------------

@@ -139,17 +139,17 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
     apply won the race. A target checked out in a clean worktree is brought up to date; if
     that checkout has uncommitted changes, or the merge conflicts, nothing changes (exit 8).
     """
-    from .applying import apply_task
+    from .applying import apply_task, render
     from .registry import Registry
-    from .report import render_apply
-    from .taskops import discard
 
     registry = Registry()
     applied = apply_task(registry, task_id, into, strategy, retries).to_json()
     data: dict[str, Any] = {"applied": applied}
     if cleanup:
+        from .taskops import discard
+
         data["cleanup"] = discard(registry, task_id)
-    lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render_apply(applied))]
+    lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render(applied))]
     if cleanup:
         lines.append(f"  removed the worktree and branch (archive: {data['cleanup']['archive']})")
     lines += ["  next:", f"    review: git log -p {applied['old'][:12]}..{applied['new'][:12]}",

@@ -144,6 +144,8 @@ def render(v: Verdict) -> str:
     if v.question is not None:
         lines.append(f"  blocked: the agent asks: {safe(v.question)[:500]}")
     if v.applied:
+        from .applying import render as render_apply
+
         lines.extend("  " + line for line in render_apply(v.applied))
     if v.apply_refused:
         lines.append(f"  apply refused: {safe(v.apply_refused)}")
@@ -155,17 +157,6 @@ def render(v: Verdict) -> str:
         lines.append("  next:")
         lines.extend(f"    {step}" for step in v.next_steps)
     return "\n".join(lines)
-
-
-def render_apply(a: dict[str, Any]) -> list[str]:
-    """The apply summary: what landed where (`task apply` and `exec --apply`)."""
-    lines = [f"applied: task {safe(a['task'])} into {safe(a['target'])} ({a['strategy']}) as {a['new'][:12]}"
-             f"  files changed: {a['files']} (+{a['insertions']} -{a['deletions']})"]
-    if a.get("attempts", 1) > 1:
-        lines.append(f"  the target moved during the apply; it landed on attempt {a['attempts']}")
-    if a.get("checkout"):
-        lines.append(f"  updated your checkout: {safe(a['checkout'])}")
-    return lines
 
 
 def _agent_line(a: AgentResult) -> str:
