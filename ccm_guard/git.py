@@ -450,13 +450,15 @@ class StatusEntry:
     head_blob: str = ""  # the object in HEAD (tracked entries only)
 
 
-def status(repo: Repo, *, ignored: bool = False) -> list[StatusEntry]:
+def status(repo: Repo, *, ignored: bool = False, untracked: bool = True) -> list[StatusEntry]:
     """`git status --porcelain=v2 -z` of the repo's work tree, every untracked file listed.
 
     With `ignored`, ignored paths come too ("!!"; a wholly ignored directory is one entry),
-    from the same walk of the work tree.
+    from the same walk of the work tree. Without `untracked`, only tracked changes (no walk
+    for new files, about half the cost).
     """
-    args = ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none"]
+    args = ["status", "--porcelain=v2", "-z", "--untracked-files=" + ("all" if untracked else "no"), "--no-renames",
+            "--ignore-submodules=none"]
     if ignored:
         args.append("--ignored=matching")
     entries = []
