@@ -1,0 +1,189 @@
+"""ccm-guard itself interrupted, starved and raced (issue 8 § Faults, issue 6 § Many at once).
+
+Each test stops or disturbs a real ccm-guard process at a named point (SIGKILL through
+CCM_GUARD_FAILPOINT, see ccm_guard/failpoints.py), then checks the invariants: no agent
+work is lost (it is in the worktree, the branch or an archive), `task show` explains the
+state, `gc` repairs it, and a second run succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ccm, git, make_repo, run_exec, write_agent
+
+COMMIT = 'echo work > work.txt\nrgit add work.txt\nrgit commit -q -m "agent work"\n'
+
+
+def _killed_at(point: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    proc = ccm(*args, cwd=cwd, env={"CCM_GUARD_FAILPOINT": point})
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr)
+    return proc
+
+
+def _show(repo: Path, task: str) -> dict:  # type: ignore[type-arg]
+    proc = ccm("task", "show", task, "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _gc(repo: Path) -> subprocess.CompletedProcess[str]:
+    proc = ccm("gc", "--yes", "--older-than", "0s", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _second_run_succeeds(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, 'echo again > again.txt\nrgit add again.txt\nrgit commit -q -m again\n', name="again.sh")
+    assert run_exec(repo, agent, "--task", "again").code == 0
+
+
+def test_sigkill_during_worktree_creation(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, COMMIT)
+    _killed_at("create-after-worktree-add", "exec", "--task", "t1", "--", str(agent), cwd=repo)
+    shown = _show(repo, "t1")
+    assert shown["status"] == "PENDING" and shown["abandoned"] is True
+    _gc(repo)
+    # Nothing of the agent's existed: the half-made task is gone, branch and all.
+    assert not git(repo, "branch", "--list", "ccm/t1")
+    assert not Path(shown["worktree"]).exists()
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    after = ccm("task", "show", "t1", "--json", cwd=repo)
+    assert after.returncode == 7 or json.loads(after.stdout)["status"] in ("CLEANED_UP", "DISCARDED")
+    _second_run_succeeds(repo, tmp_path)
+
+
+def test_sigkill_while_the_gates_run_keeps_the_agent_s_work(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n")
+    _killed_at("before-gates", "exec", "--task", "t1", "--", str(agent), cwd=repo)
+    shown = _show(repo, "t1")
+    assert shown["status"] == "ACTIVE" and shown["abandoned"] is True
+    head = git(repo, "rev-parse", "ccm/t1")
+    assert git(repo, "show", f"{head}:work.txt") == "work"
+    _gc(repo)
+    shown = _show(repo, "t1")
+    assert shown["status"] == "ERRORED" and Path(shown["worktree"], "wip.txt").exists()  # kept, not removed
+    audit = ccm("audit", "t1", "--json", cwd=repo)
+    assert json.loads(audit.stdout)["head"] == head  # the gates can still judge it
+    # Discarding it afterwards archives everything, uncommitted work included.
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+    assert git(repo, "show", "refs/ccm-guard/archive/t1:wip.txt") == "wip"
+    _second_run_succeeds(repo, tmp_path)
+
+
+def test_sigkill_after_the_apply_moved_the_target_is_recorded_by_task_show(repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
+    git(repo, "branch", "release")
+    _killed_at("apply-after-cas", "task", "apply", "t1", "--into", "release", cwd=repo)
+    landed = git(repo, "rev-parse", "release")
+    assert git(repo, "show", f"{landed}:work.txt") == "work"
+    shown = _show(repo, "t1")
+    assert "recorded it as APPLIED" in shown["repaired"] and shown["status"] == "APPLIED"
+    assert shown["options"]["applied"]["new"] == landed
+    _second_run_succeeds(repo, tmp_path)
+
+
+def test_sigkill_before_the_apply_moved_the_target_changes_nothing(repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
+    before = git(repo, "rev-parse", "main")
+    _killed_at("apply-before-cas", "task", "apply", "t1", cwd=repo)
+    assert git(repo, "rev-parse", "main") == before and git(repo, "status", "--porcelain") == ""
+    shown = _show(repo, "t1")
+    assert shown["status"] == "COMMITTED" and "did not land" in shown["repaired"]
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0  # and applying again works
+
+
+def test_sigkill_during_discard_after_the_archive(repo: Path, tmp_path: Path) -> None:
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    assert result.code == 1
+    _killed_at("discard-after-archive", "task", "discard", "t1", cwd=repo)
+    assert git(repo, "show", "refs/ccm-guard/archive/t1:wip.txt") == "wip"  # the work is safe already
+    assert _show(repo, "t1")["status"] == "ERRORED"
+    proc = ccm("task", "discard", "t1", cwd=repo)  # finishing the job is simply discarding again
+    assert proc.returncode == 0, proc.stderr
+    assert not Path(result.verdict["worktree"]).exists()
+    assert git(repo, "show", "refs/ccm-guard/archive/t1:wip.txt") == "wip"
+
+
+def test_the_person_commits_to_the_target_during_an_apply(repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
+    git(repo, "branch", "release")
+    applying = subprocess.Popen([sys.executable, "-m", "ccm_guard", "task", "apply", "t1", "--into", "release", "--json"],
+                                cwd=repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={**os.environ, "CCM_GUARD_FAILPOINT": "apply-before-cas:sleep=2"})
+    time.sleep(1)
+    theirs = git(repo, "commit-tree", "-p", "release", "-m", "person's commit", git(repo, "rev-parse", "release^{tree}"))
+    git(repo, "update-ref", "refs/heads/release", theirs)
+    out, err = applying.communicate(timeout=60)
+    assert applying.returncode == 0, err
+    applied = json.loads(out)["applied"]
+    assert applied["attempts"] == 2 and applied["old"] == theirs  # lost the race once, rebuilt on their commit
+    assert git(repo, "rev-parse", "release") == applied["new"] and git(repo, "rev-parse", "release^1") == theirs
+
+
+def test_a_registry_locked_by_another_process_is_waited_for(repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
+    db = Path(os.environ["CCM_GUARD_HOME"], "registry.db")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys, time\n"
+        f"db = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "db.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(2)\ndb.execute('COMMIT')\n")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    started = time.monotonic()
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    holder.wait(timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started > 1  # it waited for the lock instead of failing
+    with sqlite3.connect(db) as check:
+        assert check.execute("SELECT status FROM tasks WHERE id = 't1'").fetchone() == ("APPLIED",)
+
+
+def test_index_lock_left_by_a_dead_git_in_the_checkout_refuses_the_apply_and_changes_nothing(repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
+    (repo / ".git" / "index.lock").write_text("")
+    before = git(repo, "rev-parse", "main")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8 and "branch was put back" in proc.stderr, proc.stderr
+    assert git(repo, "rev-parse", "main") == before
+    (repo / ".git" / "index.lock").unlink()
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
+
+
+def test_index_lock_left_in_the_task_worktree_does_not_stop_the_archive(repo: Path, tmp_path: Path) -> None:
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    admin = Path(_show(repo, "t1")["admin_dir"])
+    (admin / "index.lock").write_text("")
+    proc = ccm("task", "discard", "t1", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "show", "refs/ccm-guard/archive/t1:wip.txt") == "wip"
+    assert not Path(result.verdict["worktree"]).exists()
+
+
+def test_enospc_while_archiving_keeps_the_worktree(repo: Path, tmp_path: Path, fp) -> None:  # type: ignore[no-untyped-def]
+    """A full disk cannot be made on demand here: git is made to fail as it would."""
+    fp.allow_unregistered(True)  # everything real, but the two archive steps below
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    from ccm_guard import git as gitmod
+    from ccm_guard.registry import Registry
+    from ccm_guard.taskops import discard
+
+    fp.register([gitmod.binary(), fp.any(), "add", "--all", "--", "."], returncode=128,
+                stderr="error: unable to write new index file: No space left on device\n")
+    fp.register([gitmod.binary(), fp.any(), "read-tree", fp.any()], returncode=0)
+    fp.register([gitmod.binary(), fp.any(), "add", "--all", "--", "."], returncode=128,
+                stderr="fatal: unable to write new index file: No space left on device\n")
+    with pytest.raises(gitmod.GitError, match="No space left on device"):
+        discard(Registry(), "t1")
+    assert Path(result.verdict["worktree"], "wip.txt").exists()  # nothing removed
+    assert git(repo, "rev-parse", "--verify", "--quiet", "ccm/t1", check=False)
+    assert _show(repo, "t1")["status"] == "ERRORED"
