@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,20 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
         worktree.remove(host, pins, head)
     else:
         _drop_branch(host, pins, head)
-        with contextlib.suppress(GitError), worktree.admin_lock(pins.common_dir):
-            git.worktree_prune(host)
+        _drop_admin_entry(pins)
     registry.move(task.id, "CLEANED_UP" if task.status == "APPLIED" else "DISCARDED")
     return {"task": task.id, "archive": archive, "head": head, "removed": str(pins.worktree) if present else None,
             "restore": f"ccm-guard task restore {task.id}" if archive else None}
+
+
+def _drop_admin_entry(pins: Pins) -> None:
+    """Only this task's admin entry: `git worktree prune` would also drop other vanished
+    worktrees' entries, with whatever detached commit or staged work they still hold."""
+    gitdir = pins.admin_dir / "gitdir"
+    with contextlib.suppress(OSError):
+        if Path(gitdir.read_text().strip()).parent == pins.worktree:
+            with worktree.admin_lock(pins.common_dir):
+                shutil.rmtree(pins.admin_dir)
 
 
 def _drop_branch(host: git.Repo, pins: Pins, head: str) -> None:
@@ -242,6 +252,7 @@ def _rollback_apply(registry: Registry, task: Task) -> dict[str, Any]:
         how = _revert_remote(host, task, target, old, new)
     else:
         how = _revert_local(host, task, target, old, new)
+        registry.set_option(task.id, "rolled_back", {"ref": target.ref, "old": how["from"], "new": how["to"]})
     registry.move(task.id, "ROLLED_BACK")
     return {"task": task.id, "target": target.name, **how}
 

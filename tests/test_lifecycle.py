@@ -272,3 +272,20 @@ def test_apply_into_a_remote_bare_repository(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert git(origin, "rev-parse", "main^") == applied["new"]
     assert git(origin, "ls-tree", "--name-only", "main").split() == ["README.md", "src"]
+
+
+def test_discard_of_a_task_whose_worktree_vanished_keeps_its_commits_and_only_drops_its_own_entry(
+        repo: Path, tmp_path: Path) -> None:
+    import shutil
+
+    v = _task(repo, tmp_path, "t1")
+    other = tmp_path / "other-wt"
+    git(repo, "worktree", "add", "-q", "--detach", str(other))
+    shutil.rmtree(other)  # somebody else's vanished worktree: not ours to prune
+    shutil.rmtree(v["worktree"])
+    proc = ccm("task", "discard", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "rev-parse", "refs/ccm-guard/archive/t1") == v["head"]
+    assert not git(repo, "branch", "--list", "ccm/t1")
+    entries = git(repo, "worktree", "list", "--porcelain")
+    assert str(other) in entries and v["worktree"] not in entries
