@@ -16,11 +16,14 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import failpoints, git, worktree
 from .errors import ApplyRefused, GitError, StateError, UsageError
 from .registry import Registry, Task
+
+if TYPE_CHECKING:
+    from .copyexec import CopyApplied
 
 STRATEGIES = ("merge", "squash", "ff")
 MAX_ATTEMPTS = 25  # local compare-and-swap: each lost race means another apply landed
@@ -57,10 +60,12 @@ class Applied:
 
 
 def apply_task(registry: Registry, task_id: str, into: str | None = None, strategy: str = "merge",
-               retries: int = PUSH_RETRIES) -> Applied:
+               retries: int = PUSH_RETRIES) -> "Applied | CopyApplied":
     if strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     task = registry.get(task_id)
+    if task.option("strategy") == "copy":
+        return _apply_copied(registry, task, into, strategy)
     reconcile(registry, task)
     task = registry.get(task_id)
     host = worktree.host_repo(Path(task.repo))
@@ -69,6 +74,16 @@ def apply_task(registry: Registry, task_id: str, into: str | None = None, strate
     if target.url:
         return _apply_remote(registry, task, host, head, target, strategy, retries)
     return _apply_local(registry, task, host, head, target, strategy)
+
+
+def _apply_copied(registry: Registry, task: Task, into: str | None, strategy: str) -> "CopyApplied":
+    """A task in a copied directory (no git): its changes go back into the original."""
+    from .copyexec import apply_copy
+
+    if into is not None or strategy != "merge":
+        raise UsageError(f"task {task.id} ran in a copy of a plain directory: it applies back into "
+                         f"{task.main_worktree} only, without --into or --strategy")
+    return apply_copy(registry, task)
 
 
 def _judged_head(host: git.Repo, task: Task) -> str:

@@ -120,6 +120,10 @@ def _archive_hint(task: Task) -> str:
 def restore(registry: Registry, task_id: str) -> dict[str, Any]:
     """Bring a discarded task back: worktree and branch as they were, uncommitted work uncommitted."""
     task = registry.get(task_id)
+    if task.option("strategy") == "copy":
+        from . import copyexec
+
+        return copyexec.restore_copy(registry, task)
     if task.status not in ("DISCARDED", "CLEANED_UP"):
         raise StateError(f"task {task.id} is {task.status}, not discarded: there is nothing to restore")
     host = worktree.host_repo(Path(task.repo))

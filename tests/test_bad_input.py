@@ -35,12 +35,14 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_not_a_git_repository(tmp_path: Path) -> None:
+def test_not_a_git_repository_needs_no_base(tmp_path: Path) -> None:
+    """A plain directory runs in a copy (tests/test_copyexec.py); a git-only option is refused."""
     plain = tmp_path / "plain"
     plain.mkdir()
-    proc = ccm("exec", "--", "true", cwd=plain)
-    assert proc.returncode == ExitCode.REPO
-    assert "not in a git repository" in one_line_error(proc) and "git init" in proc.stderr
+    proc = ccm("exec", "--base", "HEAD~1", "--", "true", cwd=plain)
+    assert proc.returncode == ExitCode.USAGE
+    assert "needs a git repository" in one_line_error(proc) and "drop --base" in proc.stderr
+    assert not Path(os.environ["CCM_GUARD_HOME"], "copies").exists()  # nothing was copied
 
 
 def test_bare_repository(tmp_path: Path) -> None:
