@@ -30,7 +30,12 @@ _DANGEROUS = re.compile(
       | include\.path | includeif\.\*\.path
       | gpg\.program | gpg\.\*\.program
       | uploadpack\.packobjectshook
-      | pager\.\*
+      | pager\.[^.]+ | pager\.\*
+      | trailer\.\*\.(cmd|command)
+      | hook\.\*\.command
+      | sendemail\.(smtpserver|tocmd|cccmd|headercmd) | sendemail\.\*\.(smtpserver|tocmd|cccmd|headercmd)
+      | imap\.tunnel
+      | guitool\.\*\.cmd
       | interactive\.difffilter
       | remote\.\*\.(uploadpack|receivepack|vcs|url|pushurl|proxy)
       | url\.\*\.(insteadof|pushinsteadof)

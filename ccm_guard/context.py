@@ -17,10 +17,11 @@ from .delta import Delta
 from .errors import GitError, UntrustedRepoError
 from .pathcheck import PathChange, from_raw, from_status
 from .policy import Role
-from .snapshot import Pins, Snapshot
+from .snapshot import Entry, Pins, Snapshot
 
 FAIL = "fail"
 WARN = "warn"
+_GONE = Entry("-", 0, "")
 MAX_PATHS = 20  # per finding in the human verdict; --json has them all
 
 
@@ -51,6 +52,9 @@ class Context:
     # The task worktree's status (ignored paths included), when it was read ahead in parallel.
     task_status: Future[list[git.StatusEntry]] | None = None
     role: Role | None = None  # the role whose path rules and limits apply (None: no policy)
+    # Ref moves other ccm-guard processes made and recorded in the registry (applies and
+    # rollbacks, as (ref, old, new)): the registry is out of the agent's reach.
+    ccm_moves: tuple[tuple[str, str, str], ...] = ()
 
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:
@@ -79,10 +83,14 @@ class Context:
         found = {}
         for change in self.delta.files:
             name = change.key.rsplit("/", 1)[-1]
-            if change.key.startswith("include/") or name in ("config", "config.worktree"):
-                found[change.key] = configfile.diff(
-                    self.before.contents.get(change.key), self.after.contents.get(change.key)
-                )
+            if change.key.startswith(("include/", "hostconfig/")) or (
+                    change.key.startswith("common/") and name in ("config", "config.worktree")):
+                old, new = self.before.contents.get(change.key), self.after.contents.get(change.key)
+                if new is None and self.after.files.get(change.key, _GONE).kind == "f":
+                    # Too large to read (snapshot.CONFIG_LIMIT): git reads it all the same.
+                    found[change.key] = [configfile.ConfigChange("(config file too large to read)", (), ("?",), True)]
+                    continue
+                found[change.key] = configfile.diff(old, new)
         return found
 
     @functools.cached_property
@@ -110,8 +118,8 @@ class Context:
 def untrusted_reason(ctx: Context) -> str | None:
     """Why ccm-guard must not run git on this repository any more, if it must not."""
     for key, changes in ctx.config_changes.items():
-        if ctx.ignored_worktree(key):
-            continue
+        if ctx.ignored_worktree(key) or key.startswith("hostconfig/"):
+            continue  # (ccm-guard's own git reads no global config)
         dangerous = [c.key for c in changes if c.dangerous and not c.ccm_guard_setup]
         if dangerous or key.startswith("include/"):
             return f"{display(key)} gained keys that run code or steer git ({', '.join(dangerous) or 'include'})"

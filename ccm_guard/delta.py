@@ -70,7 +70,9 @@ def compare(before: Snapshot, after: Snapshot, pins: Pins, main_git_dir: Path) -
         old, new = before.files.get(key), after.files.get(key)
         if old == new:
             continue
-        change = "added" if old is None else "removed" if new is None else "modified"
+        # "-": a watched file outside the repository (snapshot._record) that does not exist.
+        change = ("added" if old is None or old.kind == "-" else "removed" if new is None or new.kind == "-"
+                  else "modified")
         files.append(FileChange(key, change, classify(key, change, pins, main_prefix)))
     refs = [
         RefChange(ref, before.refs.get(ref), after.refs.get(ref))

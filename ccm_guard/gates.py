@@ -7,11 +7,14 @@ per finding, and is one function and one line in GATES.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Callable
 
-from . import git
+from . import configfile, git
 from .context import FAIL, WARN, Context, Finding, Skipped, display, git_or_skip
 from .delta import FileChange, Owner, RefChange
+from .pathcheck import PathChange
+from .snapshot import read_nofollow
 from .errors import GitError
 
 
@@ -76,10 +79,12 @@ def refs_untouched(ctx: Context) -> list[Finding]:
     checked_out = _checked_out_branches(ctx)
     findings = []
     for rc in ctx.delta.refs:
-        if rc.ref in others and (rc.after is None or _plain(rc.after)):
+        if rc.ref in others and (rc.after is None or _plain(rc.after)) and _moved_by_its_task(ctx, rc.ref):
             continue  # another task's branch made, moved or removed by its own run; its gates judge it
         if rc.ref == own and _plain(rc.after):
             continue
+        if _moved_by_ccm_guard(ctx, rc):
+            continue  # another task's apply or rollback, recorded in the registry
         if rc.after is not None and not _plain(rc.after):
             findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
         elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
@@ -92,6 +97,59 @@ def refs_untouched(ctx: Context) -> list[Finding]:
         else:
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
     return findings
+
+
+def _moved_by_its_task(ctx: Context, ref: str) -> bool:
+    """Another task's branch moved by that task's own run or command: its gates judge it.
+    A finished task's branch moved by this run is not, and that task's gates will not run
+    again. Its own doing shows as that task being at work during this run (the registry),
+    or as a commit in its worktree (its index or HEAD reflog moved too)."""
+    for name, branch in ctx.other_tasks.items():
+        if branch != ref:
+            continue
+        prefix = f"common/worktrees/{name}/"
+        if ctx.delta.changed(prefix + "index") or ctx.delta.changed(prefix + "logs/HEAD"):
+            return True
+        if name in _at_work(ctx):
+            return True
+    return False
+
+
+# A task's own run is at work in these states (registry.py's lifecycle).
+_RUNNING = ("PENDING", "CREATED", "ACTIVE")
+
+
+def _at_work(ctx: Context) -> set[str]:
+    """Other tasks (admin dir names) running now, or whose state changed since this run's
+    first snapshot (finished, cleaned up or applied meanwhile)."""
+    cached: set[str] | None = getattr(ctx, "_at_work_cache", None)
+    if cached is not None:
+        return cached
+    from .registry import Registry
+
+    found: set[str] = set()
+    try:
+        registry = Registry()
+        try:
+            for task in registry.list(repo=str(ctx.pins.common_dir), live_only=False):
+                if task.status in _RUNNING or task.updated_at >= ctx.before.taken_at:
+                    found.add(Path(task.admin_dir or task.worktree).name)
+        finally:
+            registry.close()
+    except Exception:
+        found = set(ctx.other_tasks)  # no registry to ask: excuse them, as their own gates judge them
+    setattr(ctx, "_at_work_cache", found)
+    return found
+
+
+def _moved_by_ccm_guard(ctx: Context, rc: RefChange) -> bool:
+    """The ref went from before to after only through recorded ccm-guard moves."""
+    edges = {old: new for ref, old, new in ctx.ccm_moves if ref == rc.ref}
+    at, seen = rc.before, set()
+    while at is not None and at in edges and at not in seen and at != rc.after:
+        seen.add(at)
+        at = edges[at]
+    return at is not None and at == rc.after and bool(seen)
 
 
 def _carries_task_work(ctx: Context, rc: RefChange) -> bool:
@@ -137,9 +195,11 @@ def git_metadata(ctx: Context) -> list[Finding]:
     findings = []
     for change in ctx.delta.files:
         if ctx.ignored_worktree(change.key):
+            found = _other_task_change(ctx, change)
+            findings.extend([found] if found else [])
             continue
         where = display(change.key)
-        if change.change != "modified" and _is_dir(ctx, change.key):
+        if change.change != "modified" and _is_dir(ctx, change.key) and not _unlisted(ctx, change.key):
             continue  # an empty directory changes nothing; what is put in it is reported
         maintenance = _maintenance(ctx, change.key)
         if maintenance:
@@ -148,9 +208,13 @@ def git_metadata(ctx: Context) -> list[Finding]:
             changes = ctx.config_changes.get(change.key, [])
             detail = "; ".join(c.describe() for c in changes)
             benign = bool(changes) and all(c.ccm_guard_setup for c in changes)
+            # The person may edit their own global config while a task runs; a key that
+            # runs code there fails all the same.
+            yours = change.key.startswith("hostconfig/") and not any(c.dangerous for c in changes)
             findings.append(Finding("git-metadata", f"{where} was {change.change}" + (f": {detail}" if detail else "")
-                                    + (" (ccm-guard's own setup of another task)" if benign else ""),
-                                    (where,), WARN if benign else FAIL))
+                                    + (" (ccm-guard's own setup of another task)" if benign else "")
+                                    + (" (your global git config: your change, or the agent's?)" if yours else ""),
+                                    (where,), WARN if benign or yours else FAIL))
         elif change.owner is Owner.IN_PROGRESS:
             findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
         elif change.owner is Owner.OTHER_WORKTREE:
@@ -177,6 +241,40 @@ def git_metadata(ctx: Context) -> list[Finding]:
     return findings
 
 
+def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
+    """Another task's admin dir: that task's own run makes, arms, uses and removes it, and its
+    gates judge that. What no run of ccm-guard does is reported here: its control files
+    rewritten in place, or its worktree removed while its branch stays and nothing was archived.
+    """
+    parts = change.key.split("/", 3)
+    if len(parts) < 4:
+        return None  # the directory itself: what is in it tells
+    name, sub = parts[2], parts[3]
+    where = display(change.key)
+    if change.change == "modified" and change.owner is Owner.CONTROL:
+        changes = ctx.config_changes.get(change.key, [])
+        if sub == "config.worktree" and changes and all(_hooks_setup(c) for c in changes):
+            return None  # that task being armed or disarmed
+        detail = "; ".join(c.describe() for c in changes)
+        return Finding("git-metadata", f"{where} was modified" + (f": {detail}" if detail else "")
+                       + " (another task's worktree)", (where,))
+    if change.change == "removed" and sub == "gitdir":
+        branch = ctx.other_tasks[name]
+        archived = any(rc.ref == f"refs/ccm-guard/archive/{name}" for rc in ctx.delta.refs)
+        if _plain(ctx.after.refs.get(branch)) and not archived and name not in _at_work(ctx):
+            return Finding("git-metadata", f"another task's worktree ({name}) was removed, but not by ccm-guard: "
+                           f"its branch {branch} is still there and nothing was archived", (where,))
+    return None
+
+
+def _hooks_setup(change: configfile.ConfigChange) -> bool:
+    """ccm-guard's own per-task hooks path, set when a task is armed and unset when disarmed."""
+    from .registry import home
+
+    ours = str(home() / "hooks") + "/"
+    return change.key == "core.hookspath" and all(v.startswith(ours) for v in change.before + change.after)
+
+
 def _maintenance(ctx: Context, key: str) -> str | None:
     """What `git gc` rewrites besides packs: lists for dumb transports, and the commit-graph,
     which ccm-guard's own git never reads and which is checked against the commits."""
@@ -185,6 +283,12 @@ def _maintenance(ctx: Context, key: str) -> str | None:
     if key.startswith("common/objects/info/commit-graph") and ctx.commit_graph_ok:
         return "written by git gc; it verifies against the commits"
     return None
+
+
+def _unlisted(ctx: Context, key: str) -> bool:
+    """A directory too deep for the snapshot to list: what is in it cannot be reported."""
+    entry = ctx.after.files.get(key) or ctx.before.files.get(key)
+    return entry is not None and entry.digest == "too deep to list"
 
 
 def _is_dir(ctx: Context, key: str) -> bool:
@@ -243,7 +347,25 @@ def path_policy(ctx: Context) -> list[Finding]:
 
     rules = Rules(ctx.role.allow, ctx.role.forbid)
     return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
-            for v in check(changes, rules, target, final_paths)]
+            for v in check(changes, rules, target, final_paths)] + _policy_table_edits(ctx, changes) \
+        + host_code(changes)
+
+
+def _policy_table_edits(ctx: Context, changes: list[PathChange]) -> list[Finding]:
+    """pyproject.toml may be the agent's to change, but its [tool.ccm-guard] table is the
+    repository's policy (the next run's rules): changing that is changing the policy."""
+    if not any(c.path == "pyproject.toml" for c in changes):
+        return []
+    from .policy import POLICY_TABLE_FILE, policy_table
+
+    before = policy_table(git.file_at(ctx.repo, ctx.base, POLICY_TABLE_FILE))
+    versions = [("committed", git.file_at(ctx.repo, ctx.head, POLICY_TABLE_FILE) if ctx.head else None),
+                ("in the work tree", read_nofollow(ctx.pins.worktree / POLICY_TABLE_FILE))]
+    for where, data in versions:
+        if policy_table(data) != before:
+            return [Finding("path-policy", f"{POLICY_TABLE_FILE}: its [tool.ccm-guard] table, the repository's policy, "
+                            f"was changed ({where}); only the person changes the policy", (POLICY_TABLE_FILE,))]
+    return []
 
 
 def limits(ctx: Context) -> list[Finding]:
@@ -265,6 +387,50 @@ def limits(ctx: Context) -> list[Finding]:
     ]
     return [Finding("limits", f"{what}; the limit is {limit}", paths)
             for limit, value, what, paths in checks if limit is not None and value > limit]
+
+
+# Project files that tools run by themselves, or that the person is likely to run, once
+# the work is merged: CI, hook managers, direnv, editors' tasks, test and build runners.
+# A role may allow them (an implementor may fix CI); the reviewer is told all the same.
+_RUN_BY_NAME = frozenset({
+    ".envrc", ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml",
+    "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
+    "pytest.ini", "Makefile", "makefile", "GNUmakefile", "build.rs", "package.json", ".npmrc",
+    ".yarnrc", ".yarnrc.yml", "Rakefile", "Jenkinsfile", ".gitlab-ci.yml", ".travis.yml",
+    "azure-pipelines.yml", "justfile", "Taskfile.yml",
+})
+_RUN_BY_DIR = (".github/workflows/", ".circleci/", ".husky/", ".githooks/", ".vscode/", ".idea/", ".cargo/",
+               ".devcontainer/", ".ci/", ".buildkite/")
+
+
+def host_code(changes: list[PathChange]) -> list[Finding]:
+    """Part of path-policy: executable project content (warned, whatever the role allows), and
+    git repositories smuggled in as plain files (failed: git run inside one obeys its config)."""
+    paths = sorted({c.path for c in changes if c.status != "D"})
+    runs = [p for p in paths if p.rsplit("/", 1)[-1] in _RUN_BY_NAME or p.endswith(".pth")
+            or any(p.startswith(d) or f"/{d}" in p for d in _RUN_BY_DIR)]
+    findings = []
+    repos = _embedded_repositories(paths)
+    if repos:
+        findings.append(Finding("path-policy", f"{len(repos)} git repositor{'y' if len(repos) == 1 else 'ies'} "
+                                "added as plain files: git run inside one runs its config's programs", tuple(repos)))
+    if runs:
+        findings.append(Finding("path-policy", f"{len(runs)} file(s) that tools run by themselves (CI, hooks, direnv, "
+                                "test or build runners) changed: review them before running anything", tuple(runs), WARN))
+    return findings
+
+
+def _embedded_repositories(paths: list[str]) -> list[str]:
+    """Directories that git would take for a repository: HEAD beside objects/ and refs/."""
+    present = set(paths)
+    found = []
+    for path in paths:
+        if path.rsplit("/", 1)[-1] != "HEAD":
+            continue
+        top = path[: -len("HEAD")]
+        if any(p.startswith(top + "objects/") for p in present) and any(p.startswith(top + "refs/") for p in present):
+            found.append(top.rstrip("/") or ".")
+    return found
 
 
 def processes(ctx: Context) -> list[Finding]:

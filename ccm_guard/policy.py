@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from . import git
 
 POLICY_FILE = ".ccm-guard.toml"
+POLICY_TABLE_FILE = "pyproject.toml"  # its [tool.ccm-guard] table is policy too
 
 # Paths that steer git itself or this policy: no built-in role may change them.
 CONTROL_PATHS = ("**/.git", "**/.gitattributes", "**/.gitmodules", "**/.gitignore", "/" + POLICY_FILE)
@@ -236,6 +237,21 @@ def _make_role(name: str, raw: dict[str, dict[str, Any]], origin: dict[str, dict
         output=spec.get("output"),
         sources=tuple(sorted(origin.get(name, {}).items())),
     )
+
+
+def policy_table(data: bytes | None) -> object:
+    """pyproject.toml's [tool.ccm-guard] table as data (None when absent), to compare two
+    versions; a file that does not parse is its own value, so any edit of it shows."""
+    if data is None:
+        return None
+    import tomllib
+
+    try:
+        parsed: Any = tomllib.loads(data.decode("utf-8", "replace"))
+    except tomllib.TOMLDecodeError:
+        return ("unparseable", data)
+    tool = parsed.get("tool")
+    return tool.get("ccm-guard") if isinstance(tool, dict) else None
 
 
 def read_file(path: Path) -> Source:

@@ -147,18 +147,51 @@ def stop(marker: str, worktree: Path, since: int, grace: float = 1.0) -> list[Pr
     while time.monotonic() < deadline and leftovers(marker, worktree, since):
         reap()
         time.sleep(0.05)
-    for _ in range(100):
-        remaining = leftovers(marker, worktree, since)
+    # Until nothing is left, bounded in time rather than in rounds: a family whose members
+    # restart each other spawns new ones while a round looks at /proc, so rounds must be
+    # quick (our descendants only: every orphan of the agent is ours), and the full search
+    # (marker, cwd, open files) only confirms that nothing is left.
+    deadline = time.monotonic() + KILL_DEADLINE
+    while time.monotonic() < deadline:
+        remaining = _descendants() or [p.pid for p in leftovers(marker, worktree, since)]
         if not remaining:
             break
-        for proc in remaining:
-            _signal(proc.pid, signal.SIGSTOP)
-        for proc in remaining:
-            _signal(proc.pid, signal.SIGKILL)
-        time.sleep(0.02)
+        for pid in remaining:
+            _signal(pid, signal.SIGSTOP)
+        for pid in remaining:
+            _signal(pid, signal.SIGKILL)
         reap()
     reap()
     return first
+
+
+KILL_DEADLINE = 30.0  # seconds to stop a run's leftovers for good, however fast they fork
+
+
+def _descendants() -> list[int]:
+    """Our live descendants, from /proc/<pid>/stat alone (the quick search)."""
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    live: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(b")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(name))
+        if fields[0] != b"Z":
+            live.add(int(name))
+    found: list[int] = []
+    stack = list(children.get(me, []))
+    while stack:
+        pid = stack.pop()
+        if pid in live:
+            found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -42,6 +42,7 @@ class Verdict:
     question: str | None = None  # the agent's question.json: the run is BLOCKED, not finished
     applied: dict[str, Any] | None = None  # `exec --apply`: the apply summary
     apply_refused: str | None = None  # `exec --apply` passed the gates but the apply was refused
+    notes: list[str] = dataclasses.field(default_factory=list)  # how this run differs (a copied directory, ...)
 
     @property
     def gates_passed(self) -> bool:
@@ -104,9 +105,32 @@ def safe(text: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
+# What an agent's output can leave a terminal in: a string sequence (OSC, DCS, APC) that
+# swallows everything up to its terminator, concealed or invisible colours, another
+# character set, the alternate screen, a hidden cursor. ST and CAN end any sequence in
+# progress; the rest puts the terminal back, so the verdict after it is seen as written.
+TERMINAL_RESET = "\x1b\\\x18\x1b[0m\x1b(B\x1b[?1049l\x1b[?25h\r"
+
+
+MAX_FINDINGS = 10  # per gate in the human verdict
+
+
+def _on_terminal() -> bool:
+    import sys
+
+    return sys.stdout is not None and sys.stdout.isatty()
+
+
 def render(v: Verdict) -> str:
+    """The human verdict; on a terminal, preceded by TERMINAL_RESET."""
+    text = _render(v)
+    return TERMINAL_RESET + text if _on_terminal() else text
+
+
+def _render(v: Verdict) -> str:
     mark = {"pass": "PASS", "gates-failed": "FAIL"}.get(v.outcome, v.outcome.upper())
     lines = [f"ccm-guard: {mark}  task {safe(v.task)}  branch {safe(v.branch)}  base {v.base[:12]}"]
+    lines.extend(f"  note: {safe(note)}" for note in v.notes)
     if v.agent is not None:
         lines.append("  agent: " + _agent_line(v.agent) + f"  sandbox: {v.sandbox}  profile: {v.profile}")
     if v.recovery:
@@ -133,12 +157,17 @@ def render(v: Verdict) -> str:
     lines.append("  gates:")
     for g in v.gates:
         lines.append(f"    {g.status.upper():7} {g.name}" + (f": {safe(g.note)}" if g.note else ""))
-        for finding in g.findings:
+        # Failures first, and a bounded number: an agent that plants thousands of files
+        # must not bury the verdict (--json lists every finding).
+        findings = sorted(g.findings, key=lambda f: f.severity != "fail")
+        for finding in findings[:MAX_FINDINGS]:
             lines.append(f"      {'x' if finding.severity == 'fail' else '!'} {safe(finding.reason)}")
             shown = finding.paths[:MAX_PATHS]
             lines.extend(f"          {safe(p)}" for p in shown)
             if len(finding.paths) > len(shown):
                 lines.append(f"          ... and {len(finding.paths) - len(shown)} more")
+        if len(findings) > MAX_FINDINGS:
+            lines.append(f"      ... and {len(findings) - MAX_FINDINGS} more findings (--json lists all)")
     for err in v.errors:
         lines.append(f"  error: {safe(err)}")
     if v.question is not None:

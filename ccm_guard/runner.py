@@ -174,21 +174,29 @@ def _run_pipes(
             for fd in ready:
                 data = _read(fd)
                 if not data:
-                    sinks.pop(fd)[0].close()
+                    with contextlib.suppress(OSError):  # a full disk: what could not be logged is lost
+                        sinks.pop(fd)[0].close()
                     continue
                 log, echo = sinks[fd]
-                log.write(data)
-                log.flush()
+                _log(log, data)
                 with contextlib.suppress(OSError, ValueError):
                     echo.write(data)
                     echo.flush()
     finally:
         for log, _ in sinks.values():
-            log.close()
+            with contextlib.suppress(OSError):
+                log.close()
         proc.stdout.close()
         proc.stderr.close()
     proc.wait()
     return proc, (str(out_log), str(err_log)), timed_out
+
+
+def _log(log: BinaryIO, data: bytes) -> None:
+    """Best effort: an agent that fills the disk must not stop the run (or its verdict)."""
+    with contextlib.suppress(OSError):
+        log.write(data)
+        log.flush()
 
 
 def _read(fd: int) -> bytes:
@@ -248,7 +256,7 @@ def _proxy(
             data = _read(master)
             if not data:
                 break
-            log.write(data)
+            _log(log, data)
             os.write(sys.stdout.fileno(), data)
         if stdin in ready:
             data = os.read(stdin, 4096)

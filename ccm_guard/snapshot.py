@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import stat
 import time
@@ -21,10 +22,14 @@ from typing import Any, Collection, Iterator
 from . import objects
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
+# Config files are kept whole up to this size, so that a padded file cannot push a
+# code-running key out of the key-by-key report.
+CONFIG_LIMIT = 1 << 24
 # An index is hashed even when large: its content, not its timestamp, tells whether a git
 # command ran in that worktree (`touch index` must not pass for one).
 INDEX_HASH_LIMIT = 1 << 26
 CONTENT_LIMIT = 1 << 16  # config-like files whose bytes we keep to report key by key
+PATH_LIMIT = 3072  # directories with longer paths are not listed (PATH_MAX is 4096 here)
 
 # Where the common dir's own walk does not go: objects are inventoried separately,
 # refs are parsed, and lock/temporary files are transient by nature.
@@ -97,6 +102,10 @@ def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
         files[key] = entry
         if data is not None and _is_config(rel):
             contents[key] = data
+        elif entry.kind == "f" and _is_config(rel):
+            config = _read_config(common / rel)  # larger than CONTENT_LIMIT
+            if config is not None:
+                contents[key] = config
     for name in ("objects/info",):
         for rel, entry, data in _walk(common / name):
             files[f"common/{name}/{rel}"] = entry
@@ -105,12 +114,118 @@ def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
         files["pointer"] = pointer[0]
         if pointer[1] is not None:
             contents["pointer"] = pointer[1]
-    for path in extra_files:  # include targets, outside the repository
-        found = _read_entry(path)
-        files[f"include/{path}"] = found[0] if found else Entry("-", 0, "")
-        if found and found[1] is not None:
-            contents[f"include/{path}"] = found[1]
+    _host_files(pins, files, contents, extra_files)
     return Snapshot(files, contents, read_refs(common), objects.inventory(common / "objects"), time.time())
+
+
+# --- files outside the repository that steer git or ccm-guard --------------------------------
+
+
+def _host_files(pins: Pins, files: dict[str, Entry], contents: dict[str, bytes],
+                include_targets: tuple[Path, ...]) -> None:
+    """What git and ccm-guard read from outside the repository, for the person's next command:
+
+    - `include/<path>`: files the repository's config includes, and what they include in
+      turn (ccm-guard's own git reads these too);
+    - `hostconfig/<path>`: the global git config (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`)
+      and what it includes: an unsandboxed agent can plant a hook path or a pager there that
+      the person's git runs in every repository;
+    - `host/<path>`: every file in the hooks directories those configs name (the task's own,
+      under the state home, which its kept worktree runs; a person's `core.hooksPath`), and
+      ccm-guard's own user policy, which the next `exec` reads.
+    """
+    common = pins.common_dir
+    configs: list[tuple[Path, bytes]] = []
+    for rel in ("config", "config.worktree", f"worktrees/{pins.admin_name}/config.worktree"):
+        data = contents.get(f"common/{rel}")
+        if data is not None:
+            configs.append((common / rel, data))
+    queue = [("include", path) for path in include_targets] + [("hostconfig", path) for path in global_configs()]
+    seen: set[Path] = set()
+    while queue:
+        prefix, path = queue.pop(0)
+        if path in seen or len(seen) > 64:  # include cycles; a bound on what an agent can make us read
+            continue
+        seen.add(path)
+        data = _record(files, contents, f"{prefix}/{path}", path, keep=True)
+        if data is not None:
+            configs.append((path, data))
+            queue += [(prefix, target) for target in _includes(path, data)]
+    for config, data in configs:
+        for hooks in _hooks_dirs(config, data, common):
+            _record(files, contents, f"host/{hooks}", hooks, keep=False)
+            # Bounded: a hooks path of "/" must not make every snapshot walk the disk.
+            for rel, entry, _ in itertools.islice(_walk(hooks), 4096):
+                files[f"host/{hooks}/{rel}"] = entry
+    from .registry import home  # the state home: where the user policy lives
+
+    _record(files, contents, f"host/{home() / 'policy.toml'}", home() / "policy.toml", keep=False)
+
+
+def global_configs() -> list[Path]:
+    """The global git config files, as git finds them (system config needs root to change)."""
+    home = Path(os.path.expanduser("~"))
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
+    return [home / ".gitconfig", Path(xdg, "git", "config")]
+
+
+def _record(files: dict[str, Entry], contents: dict[str, bytes], key: str, path: Path, keep: bool) -> bytes | None:
+    """Record `path` (and, for a symlink such as a dotfile manager's, the file it leads to)."""
+    found = _read_entry(path)
+    files[key] = found[0] if found else Entry("-", 0, "")
+    if found is None:
+        return None
+    entry, data = found
+    if entry.kind == "l":
+        target = Path(os.path.realpath(path))
+        followed = _read_entry(target)
+        files[key + " -> " + str(target)] = followed[0] if followed else Entry("-", 0, "")
+        if followed is None or followed[0].kind != "f":
+            return None
+        data = followed[1] if followed[1] is not None else (_read_config(target) if keep else None)
+        path = target
+    elif entry.kind == "f" and data is None and keep:
+        data = _read_config(path)
+    if keep and data is not None:
+        contents[key] = data
+    return data
+
+
+def _read_config(path: Path) -> bytes | None:
+    try:
+        if os.lstat(path).st_size > CONFIG_LIMIT:
+            return None
+        with open(path, "rb") as fh:
+            return fh.read(CONFIG_LIMIT + 1)[:CONFIG_LIMIT]
+    except OSError:
+        return None
+
+
+def _includes(path: Path, data: bytes) -> list[Path]:
+    from .configfile import include_targets
+
+    try:
+        return include_targets(path, data)
+    except Exception:  # an unparseable file: the config diff reports it as such
+        return []
+
+
+def _hooks_dirs(config: Path, data: bytes, common: Path) -> list[Path]:
+    """The directories `core.hooksPath` names in one config file, as absolute paths."""
+    if b"hookspath" not in data.lower():
+        return []  # the common case costs no git call
+    from .configfile import entries
+
+    try:
+        values = [v for k, v in entries(data) if k.lower() == "core.hookspath" and v]
+    except Exception:
+        return []
+    found = []
+    for value in values:
+        expanded = Path(os.path.expanduser(value))
+        # Relative: from the top of the checkout git runs in; the main one is the common dir's parent.
+        found.append(expanded if expanded.is_absolute() else common.parent / expanded)
+    return found
 
 
 def _is_config(rel: str) -> bool:
@@ -138,6 +253,11 @@ def _walk(root: Path, skip_top: Collection[str] = ()) -> Iterator[tuple[str, Ent
                 if found is None:
                     continue
                 entry, data = found
+                if entry.kind == "d" and len(dent.path) > PATH_LIMIT:
+                    # Deeper than the system can name (an agent's mkdir loop): recorded as such
+                    # (a new one is reported), not listed, and no crash in the middle of a verdict.
+                    yield rel, Entry("d", entry.mode, "too deep to list"), None
+                    continue
                 yield rel, entry, data
                 if entry.kind == "d":
                     stack.append((rel + "/", Path(dent.path)))
@@ -148,6 +268,8 @@ def _read_entry(path: Path, by_identity: bool = False) -> tuple[Entry, bytes | N
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:  # too long a name, a loop of mounts: say so rather than fail the verdict
+        return Entry("o", 0, f"unreadable: {exc.strerror}"), None
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
         return Entry("d", mode, ""), None

@@ -31,6 +31,20 @@ CHECK=1
 nl='
 '
 
+# from_chaining_hook: true when this hook was started by the ccm-guard hook
+# named last in CCM_GUARD_HOOK_CHAIN, not by git.  An agent can set the variable
+# itself (CCM_GUARD_HOOK_CHAIN=pre-commit:x git commit) to pass for a chained
+# hook and skip the check, so the variable counts only when our parent process
+# is a shell running that hook (git never is one).  Without /proc, trust it.
+from_chaining_hook() {
+	[ -d /proc/$$ ] || return 0
+	[ /proc/$PPID/exe -ef /proc/$$/exe ] || return 1
+	# dash's read drops the NULs between the arguments: "/bin/sh/path/hookargs".
+	IFS= read -r _parent </proc/$PPID/cmdline || [ -n "${_parent-}" ] || return 1
+	case $_parent in *"${CCM_GUARD_HOOK_CHAIN##*:}"*) return 0 ;; esac
+	return 1
+}
+
 # CCM_GUARD_HOOK_CHAIN is "<hook>:<file>:<file>..." while ccm-guard hooks chain
 # one another (installed for a worktree and for the repository, or a copy kept
 # as legacy): the first one runs the check, the others only chain, and a file
@@ -38,8 +52,12 @@ nl='
 chained=
 case ${CCM_GUARD_HOOK_CHAIN-} in
 "$HOOK:"*)
-	case $CCM_GUARD_HOOK_CHAIN: in *":$0:"*) exit 0 ;; esac
-	chained=1
+	if from_chaining_hook; then
+		case $CCM_GUARD_HOOK_CHAIN: in *":$0:"*) exit 0 ;; esac
+		chained=1
+	else
+		CCM_GUARD_HOOK_CHAIN=$HOOK
+	fi
 	;;
 *) CCM_GUARD_HOOK_CHAIN=$HOOK ;;
 esac
@@ -61,12 +79,38 @@ if [ -z "$SETTINGS" ] && [ -n "$TASKS" ]; then
 	esac
 fi
 
-# CCM_GUARD_SKIP=1 is a person's switch (`ccm-guard exec` scrubs it from
-# agents): it skips ccm-guard's own check, not the hooks it chains.
-if [ "${CCM_GUARD_SKIP-}" = 1 ] || [ "$CHECK" = 0 ] || [ -z "$SETTINGS" ] || [ -n "$chained" ]; then
+# under_exec: true when a `ccm-guard exec` is among our ancestors, i.e. an agent
+# runs this git (only asked when CCM_GUARD_SKIP is set: it forks).  Every process an agent starts stays below ccm-guard (it is a
+# child subreaper), whatever the agent does to its environment.
+under_exec() {
+	_p=$PPID
+	while [ "$_p" -gt 1 ] 2>/dev/null; do
+		_cmd=$(tr '\0' '\n' </proc/$_p/cmdline 2>/dev/null) || return 1
+		case $nl$_cmd$nl in
+		*"/ccm-guard${nl}exec$nl"* | *"${nl}ccm-guard${nl}exec$nl"* | *"${nl}ccm_guard${nl}exec$nl"*) return 0 ;;
+		esac
+		IFS= read -r _stat </proc/$_p/stat 2>/dev/null || return 1
+		set -- ${_stat##*) }
+		_p=$2
+	done
+	return 1
+}
+
+# CCM_GUARD_SKIP=1 is a person's switch: it skips ccm-guard's own check, not
+# the hooks it chains.  `ccm-guard exec` scrubs it from agents, and an agent
+# that sets it again is not obeyed.
+skip=
+if [ "${CCM_GUARD_SKIP-}" = 1 ] && [ -n "$SETTINGS" ] && [ "$CHECK" != 0 ] && [ -z "$chained" ]; then
+	under_exec || skip=1
+elif [ "${CCM_GUARD_SKIP-}" = 1 ]; then
+	skip=1
+fi
+if [ -n "$skip" ] || [ "$CHECK" = 0 ] || [ -z "$SETTINGS" ] || [ -n "$chained" ]; then
 	[ -n "$LEGACY" ] || exit 0
 	export CCM_GUARD_HOOK_CHAIN
-	exec "$LEGACY" "$@"
+	# Not exec: the chained hook must see this hook as its parent (from_chaining_hook).
+	"$LEGACY" "$@"
+	exit $?
 fi
 
 # run_python ARGS...: ccm-guard decides (never returns).  -I: no PYTHON*

