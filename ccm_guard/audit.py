@@ -10,7 +10,7 @@ from . import configfile, gates, git, policy, worktree
 from .context import Context, Finding
 from .delta import compare
 from .errors import RepoError, StateError
-from .guard import Checks, judge, next_steps
+from .guard import Checks, file_digest, judge, next_steps
 from .registry import Registry
 from .report import Verdict
 from .snapshot import Pins, Snapshot
@@ -27,6 +27,10 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
                        recorded.get("require_commit") if require_commit is None else require_commit)
     if not task.baseline or not Path(task.baseline).exists():
         raise StateError(f"task {task_id} has no recorded baseline: it never started its agent")
+    recorded_digest = task.option("baseline_sha256")
+    if recorded_digest and file_digest(Path(task.baseline)) != recorded_digest:
+        raise StateError(f"task {task_id}'s baseline {task.baseline} was changed after it was recorded (the agent "
+                         "could write there without --sandbox): it cannot be audited; its exec verdict stands")
     data = json.loads(Path(task.baseline).read_text())
     pins = Pins(Path(task.worktree), Path(task.admin_dir), Path(task.repo), task.branch)
     if not pins.worktree.exists():

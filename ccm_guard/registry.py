@@ -173,7 +173,7 @@ class Registry:
     def update(self, task_id: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()
         sets = ", ".join(f"{k} = :{k}" for k in fields)
-        self.db.execute(f"UPDATE tasks SET {sets} WHERE id = :id", {**fields, "id": task_id})
+        _write(self.db, f"UPDATE tasks SET {sets} WHERE id = :id", {**fields, "id": task_id})
 
     def check_move(self, task_id: str, status: str) -> None:
         """Refuse an illegal status change before doing the work it would record."""
@@ -198,7 +198,7 @@ class Registry:
             self.update(task_id, options=json.dumps(options))
 
     def delete(self, task_id: str) -> None:
-        self.db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+        _write(self.db, "DELETE FROM tasks WHERE id = ?", (task_id,))
 
     def transaction(self) -> "_Tx":
         return _Tx(self.db)
@@ -209,7 +209,23 @@ class _Tx:
         self.db = db
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        _write(self.db, "BEGIN IMMEDIATE")
 
     def __exit__(self, kind: object, *_: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            try:
+                _write(self.db, "COMMIT")
+                return
+            except StateError:
+                self.db.rollback()
+                raise
+        self.db.execute("ROLLBACK")
+
+
+def _write(db: sqlite3.Connection, sql: str, params: Any = ()) -> None:
+    """A write that fails (a full disk, a broken file) is a StateError with the fix, not a traceback."""
+    try:
+        db.execute(sql, params)
+    except sqlite3.OperationalError as exc:
+        raise StateError(f"the task registry could not be written ({exc}): free disk space under "
+                         f"{home()} or check the file") from exc

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from . import policy, prevention, runner, taskops, worktree
 from .errors import StateError
-from .guard import QUESTION_FILE, Checks, ExecOptions, main_files, run_and_judge, snapshot
+from .guard import (QUESTION_FILE, Checks, ExecOptions, file_digest, main_files, run_and_judge, snapshot,
+                    write_baseline)
 from .registry import Registry
 from .report import Verdict
 from .git import Repo
@@ -39,9 +40,9 @@ def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
                            agent=opts.agent)
     before = snapshot(pins)
     main_before = main_files(Repo(Path(task.main_git_dir), pins.common_dir, Path(task.main_worktree)))
-    baseline = Path(task.log_dir, f"baseline-resume-{int(time.time())}.json")
-    baseline.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
+    baseline = write_baseline(Path(task.log_dir, f"baseline-resume-{int(time.time())}.json"), before, main_before)
     registry.move(task.id, "ACTIVE", baseline=str(baseline), pid=os.getpid(), command=json.dumps(opts.command))
+    registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
     task = registry.get(task.id)
     return run_and_judge(opts, registry, task, pins, role, checks, armed, before, main_before)
 

@@ -125,14 +125,11 @@ def test_a_rewritten_baseline_does_not_mislead_the_run_itself(repo: Path, tmp_pa
         assert res.code == 1 and "refs/heads/main moved" in res.reasons("refs-untouched")  # and misled nothing
 
 
-@pytest.mark.xfail(strict=True, reason="finding for audit.py/guard.py: `audit TASK` trusts baseline.json under the "
-                   "state home, which an unsandboxed agent can rewrite; exec could keep its digest where the "
-                   "agent cannot write, or refuse to audit a baseline changed after the run")
 def test_a_rewritten_baseline_does_not_mislead_a_later_audit(repo: Path, tmp_path: Path) -> None:
+    """Found by this suite: audit trusted the rewritten file. Its digest is in the registry now."""
     run_exec(repo, write_agent(tmp_path, REWRITE_BASELINE), "--task", "base")
     audit = ccm("audit", "--json", "base", cwd=repo)
-    statuses = {g["name"]: g["status"] for g in json.loads(audit.stdout)["gates"]}
-    assert statuses["refs-untouched"] == "fail"
+    assert audit.returncode == 7 and "was changed after it was recorded" in audit.stderr
 
 
 def test_the_refusal_log_is_the_agents_to_erase(repo: Path, tmp_path: Path) -> None:
