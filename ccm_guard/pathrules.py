@@ -251,17 +251,28 @@ def _class_end(expr: str, start: int) -> int:
     return i
 
 
+# Code points HFS+ ignores in names (git's own list, utf8.c is_hfs_dotgit): `.git\u200cattributes`
+# is `.gitattributes` on a Mac.
+_HFS_IGNORABLE = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+# NTFS drops a name's trailing dots and spaces: `.gitattributes ` is `.gitattributes` on Windows.
+_NTFS_TRAILING = re.compile(r"[ .]+(?=/|$)")
+WINDOWS_TWIN = re.compile(r"[^/\n.][ .]+(?=/|\n|$)")
+
+
 def spellings(path: str) -> list[str]:
-    """The names a path may also have on disk, case-folded: both Unicode normal forms.
+    """The names a path may also have on disk, case-folded: both Unicode normal forms,
+    without HFS+-ignorable code points and without NTFS's trailing dots and spaces.
 
     macOS and Windows file systems treat these as one file (and ignore case), so a rule
     forbidding one spelling must catch them all. Matching folded names against folded
     patterns is stricter than git on Linux, never looser.
     """
-    folded = path.casefold()
-    if folded.isascii():
-        return [folded]
-    return sorted({unicodedata.normalize(form, folded) for form in ("NFC", "NFD")})
+    names = {path, _HFS_IGNORABLE.sub("", path)}
+    names |= {_NTFS_TRAILING.sub("", n) or n for n in names}
+    folded = {n.casefold() for n in names}
+    if all(n.isascii() for n in folded):
+        return sorted(folded)
+    return sorted({unicodedata.normalize(form, n) for n in folded for form in ("NFC", "NFD")})
 
 
 class Rules:
@@ -294,11 +305,14 @@ class Rules:
         forbidden paths are looked at again, to name the rule.
         """
         text = "\n".join(paths)
-        if text.isascii() and text.count("\n") == len(paths) - 1:  # no name holds a newline
-            plain, odd = paths, []
+        if text.isascii() and text.count("\n") == len(paths) - 1 and not WINDOWS_TWIN.search(text):
+            plain, odd = paths, []  # no name holds a newline or ends in a dot or space
         else:
-            plain = [p for p in paths if p.isascii() and "\n" not in p]
-            odd = [p for p in paths if not p.isascii() or "\n" in p]
+            def is_odd(p: str) -> bool:
+                return not p.isascii() or "\n" in p or WINDOWS_TWIN.search(p) is not None
+
+            plain = [p for p in paths if not is_odd(p)]
+            odd = [p for p in paths if is_odd(p)]
             text = "\n".join(plain)
         found: dict[str, str] = {}
         if plain:

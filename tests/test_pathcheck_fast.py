@@ -173,3 +173,15 @@ def test_names_the_tree_long_held_in_two_spellings_matter_only_to_an_added_twin(
         found = check([change], rules, lambda c: None, lambda: final)
         assert found == reference_check([change], rules, lambda c: None, lambda: final)
         assert [v.reason.split("'")[1] for v in found] == twins
+
+
+def test_windows_and_mac_twins_of_a_control_file_are_caught_in_bulk_too() -> None:
+    from ccm_guard.pathrules import Rules
+    from ccm_guard.policy import CONTROL_PATHS
+
+    rules = Rules(None, CONTROL_PATHS)
+    twins = [".gitattributes ", "sub/.gitmodules.", ".git\u200cattributes"]
+    filler = [f"src/f{i}.py" for i in range(200)]
+    found = rules.violations(filler + twins)
+    assert sorted(found) == sorted(twins)
+    assert all("the same file on some systems" in why for why in found.values())

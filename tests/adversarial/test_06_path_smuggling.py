@@ -80,13 +80,13 @@ echo 'def test_x(): pass' > tests/test_x.py; git add tests; rgit commit -q -m te
     assert all_paths(res, "path-policy") == ["tests/.gitattributes"]
 
 
-@pytest.mark.xfail(strict=True, reason="finding for pathrules.py: names that are a control file on HFS+ "
-                   "(ignorable code points such as U+200C) or NTFS (trailing dot or space) are not matched")
 @pytest.mark.parametrize("name", [".git\u200cattributes", ".gitattributes "])
 def test_control_file_twin_on_hfs_or_ntfs(repo: Path, tmp_path: Path, name: str) -> None:
+    """Found by this suite: HFS+-ignorable code points and NTFS's trailing dot or space."""
     (tmp_path / "name").write_text(name)
+    # Hooks off (rgit): with them on, the pre-commit hook already refuses the commit.
     agent = write_agent(tmp_path, f"""name=$(cat {tmp_path}/name); echo '* filter=evil' > "$name"
-git add -A; git commit -q -m attrs""")
+rgit add -A; rgit commit -q -m attrs""")
     res = run_exec(repo, agent, "--task", "twin")
     assert name in git(repo, "ls-tree", "-z", "--name-only", "ccm/twin").split("\0")
     assert res.code == 1 and res.status("path-policy") == "fail"
