@@ -25,7 +25,6 @@ from .errors import ApplyRefused, StateError, UsageError
 from .registry import TRANSITIONS, Registry, Task, home
 from .worktreeinclude import Cloner
 
-RUNNING = ("PENDING", "CREATED", "ACTIVE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +223,7 @@ def discard_copy(registry: Registry, task: Task) -> dict[str, Any]:
         saved = (task.option("archive") or {}).get("path")
         raise StateError(f"task {task.id} is already {task.status}" + (f"; its copy is archived at {saved}"
                                                                        if saved else ""))
-    if task.status in RUNNING and not task.abandoned:
+    if task.running:
         raise StateError(f"task {task.id} is still running (pid {task.pid}): stop its ccm-guard first")
     final = "CLEANED_UP" if task.status in ("APPLIED", "PENDING") else "DISCARDED"
     if final not in TRANSITIONS[task.status]:

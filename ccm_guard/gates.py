@@ -16,6 +16,7 @@ from .delta import FileChange, Owner, RefChange
 from .pathcheck import PathChange
 from .snapshot import read_nofollow
 from .errors import GitError
+from .registry import RUNNING
 
 
 
@@ -116,7 +117,6 @@ def _moved_by_its_task(ctx: Context, ref: str) -> bool:
 
 
 # A task's own run is at work in these states (registry.py's lifecycle).
-_RUNNING = ("PENDING", "CREATED", "ACTIVE")
 
 
 def _at_work(ctx: Context) -> set[str]:
@@ -132,7 +132,7 @@ def _at_work(ctx: Context) -> set[str]:
         registry = Registry()
         try:
             for task in registry.list(repo=str(ctx.pins.common_dir), live_only=False):
-                if task.status in _RUNNING or task.updated_at >= ctx.before.taken_at:
+                if task.status in RUNNING or task.updated_at >= ctx.before.taken_at:
                     found.add(Path(task.admin_dir or task.worktree).name)
         finally:
             registry.close()

@@ -23,13 +23,13 @@ from pathlib import Path
 
 from . import git, worktree
 from .errors import GuardError, StateError, UsageError
-from .gc_action import (GONE, RUNNING, TASK_BRANCHES, Action, Forecast, admin_steps, branch_refs, branch_step,
+from .gc_action import (GONE, TASK_BRANCHES, Action, Forecast, admin_steps, branch_refs, branch_step,
                         orphan_branch_of, running, task_steps, to_audit, worktree_steps)
 from .gc_run import execute
 from .keep import ARCHIVE_PREFIX
 from .linked import (AdminEntry, admin_entries, entry_at, head_ref, identify, key_hash, lock_owner, lock_reason,
-                     pid_alive, trusted)
-from .registry import Registry, Task, home
+                     trusted)
+from .registry import RUNNING, Registry, Task, home, pid_alive
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
 

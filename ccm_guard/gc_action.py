@@ -16,9 +16,9 @@ from . import git, worktree
 from .errors import StateError
 from .keep import ARCHIVE_PREFIX, Work, admin_work, archive_name, archive_slot, keeper, worktree_head
 from .linked import AdminEntry, trusted
+from .registry import RUNNING
 from .registry import TRANSITIONS, Task
 
-RUNNING = ("PENDING", "CREATED", "ACTIVE")
 GONE = ("DISCARDED", "CLEANED_UP")  # statuses whose worktree and branch are meant to be gone
 TASK_BRANCHES = "refs/heads/" + worktree.BRANCH_PREFIX
 
@@ -47,7 +47,7 @@ class Action:
 
 def running(t: Task) -> bool:
     """Its ccm-guard is still at work on it: gc touches nothing of it."""
-    return t.status in RUNNING and not t.abandoned
+    return t.running
 
 
 def to_audit(t: Task) -> bool:

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from . import failpoints, git, worktree
 from .errors import GuardError, StateError
-from .gc_action import (RUNNING, TASK_BRANCHES, Action, branch_refs, final_status, live_entry, orphan_branch_of,
+from .gc_action import (TASK_BRANCHES, Action, branch_refs, final_status, live_entry, orphan_branch_of,
                         running, to_audit)
 from .keep import (ARCHIVE_PREFIX, Work, admin_work, delete_branch, keep, prune_entries, remove_admin_entry,
                    remove_unmade, remove_worktree, worktree_work)
-from .linked import admin_entries, entry_at, identify, lock_owner, pid_alive, same, trusted
-from .registry import Registry, Task
+from .linked import admin_entries, entry_at, identify, lock_owner, same, trusted
+from .registry import RUNNING, Registry, Task, pid_alive
 
 
 def execute(actions: list[Action], registry: Registry) -> None:

@@ -127,11 +127,3 @@ def lock_owner(reason: str | None) -> tuple[int, str] | None:
     return (int(found.group(1)), found.group(2)) if found else None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # somebody else's process: alive
-    return True

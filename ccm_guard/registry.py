@@ -53,6 +53,7 @@ TRANSITIONS: dict[str, set[str]] = {
     "DISCARDED": {"CLEANED_UP", *RESTORED},
     "CLEANED_UP": {"APPLIED", *RESTORED},
 }
+RUNNING = ("PENDING", "CREATED", "ACTIVE")  # a ccm-guard process holds the task
 LIVE = ("PENDING", "CREATED", "ACTIVE", "BLOCKED", "COMMITTED", "ERRORED")
 
 
@@ -79,15 +80,12 @@ class Task:
     @property
     def abandoned(self) -> bool:
         """Still marked as running, but the ccm-guard process that ran it is gone."""
-        if self.status not in ("PENDING", "CREATED", "ACTIVE") or self.pid is None:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return self.status in RUNNING and self.pid is not None and not pid_alive(self.pid)
+
+    @property
+    def running(self) -> bool:
+        """A ccm-guard process is at work on it: hands off."""
+        return self.status in RUNNING and not self.abandoned
 
     def option_dict(self) -> dict[str, Any]:
         data = json.loads(self.options or "{}")
@@ -103,6 +101,16 @@ class Task:
         data["verdict"] = json.loads(self.verdict) if self.verdict else None
         data["options"] = json.loads(self.options or "{}")
         return data
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # somebody else's process: alive
+    return True
 
 
 def home() -> Path:

@@ -22,7 +22,6 @@ from .snapshot import Pins
 
 ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
 SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
-RUNNING = ("PENDING", "CREATED", "ACTIVE")
 
 
 def pins_of(task: Task) -> Pins:
@@ -42,7 +41,7 @@ def task_repo(task: Task) -> git.Repo:
 
 
 def _not_running(task: Task) -> None:
-    if task.status in RUNNING and not task.abandoned:
+    if task.running:
         raise StateError(f"task {task.id} is still running (pid {task.pid}): stop its ccm-guard first")
 
 
