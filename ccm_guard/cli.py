@@ -63,15 +63,38 @@ def main() -> None:
     """
 
 
+# The options of an agent's run, shared by `exec` and `task resume`.
+_RUN_OPTIONS = [
+    click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                 help="Stop the agent's whole process group after this long (TERM, grace, KILL)."),
+    click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
+                 help="Time between TERM and KILL when stopping the agent."),
+    click.option("--pass-env", "keep_env", multiple=True, metavar="NAME",
+                 help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...)."),
+    click.option("--pty/--no-pty", "terminal", default=None,
+                 help="Give the agent a pseudo-terminal (default: when ccm-guard runs on a terminal)."),
+    click.option("--sandbox", "sandbox_mode", type=click.Choice(["none", "landlock", "auto"]), default="none",
+                 show_default=True, help="Run the agent under Landlock: everything read-only but the worktree, "
+                 "its git metadata and a private temp dir (auto: when the kernel has it)."),
+    click.option("--no-network", is_flag=True, help="With --sandbox: refuse TCP connect and bind (Landlock ABI 4+)."),
+    click.option("--agent", type=click.Choice(["codex", "claude", "gemini", "aider", "generic"]),
+                 help="The agent profile (default: by the command's name). codex gets --add-dir for the roots a "
+                 "commit needs when its own workspace-write sandbox is on."),
+]
+
+
+def run_options(fn: F) -> F:
+    for option in reversed(_RUN_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
 @main.command("exec", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@run_options
 @click.option("--task", "task_id", metavar="ID", help="Task id (default: generated). Sanitised to [A-Za-z0-9._-].")
 @click.option("--base", default="HEAD", show_default=True, metavar="REV", help="Commit the task starts from.")
 @click.option("--repo", "repo", type=click.Path(file_okay=False, path_type=Path), default=".",
               help="The repository to work on (default: the current directory).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Stop the agent's whole process group after this long (TERM, grace, KILL).")
-@click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
-              help="Time between TERM and KILL when stopping the agent.")
 @click.option("--role", metavar="ROLE",
               help="The agent's role: implementor (default), test-writer, reviewer, qa, or one from the policy.")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
@@ -84,19 +107,17 @@ def main() -> None:
 @click.option("--cleanup", is_flag=True, help="On pass, archive the work and remove worktree and branch.")
 @click.option("--apply", "apply_on_pass", is_flag=True,
               help="On pass, apply the task into the branch checked out here (as `task apply` does).")
+@click.option("--link-dirs", is_flag=True,
+              help="Directories .worktreeinclude names (node_modules/, ...) are symlinked into the worktree "
+              "instead of copied; the agent can then write into your checkout's copy.")
 @click.option("--snapshot-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Keep a snapshot ref (refs/ccm-guard/snapshots/<task>/<n>) at every Nth commit; 0: none.")
-@click.option("--pass-env", "keep_env", multiple=True, metavar="NAME",
-              help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...).")
-@click.option("--pty/--no-pty", "terminal", default=None,
-              help="Give the agent a pseudo-terminal (default: when ccm-guard runs on a terminal).")
-@click.option("--sandbox", "sandbox_mode", type=click.Choice(["none", "landlock", "auto"]), default="none",
-              show_default=True, help="Run the agent under Landlock: everything read-only but the worktree, "
-              "its git metadata and a private temp dir (auto: when the kernel has it).")
-@click.option("--no-network", is_flag=True, help="With --sandbox: refuse TCP connect and bind (Landlock ABI 4+).")
-@click.option("--agent", type=click.Choice(["codex", "claude", "gemini", "aider", "generic"]),
-              help="The agent profile (default: by the command's name). codex gets --add-dir for the roots a "
-              "commit needs when its own workspace-write sandbox is on.")
+@click.option("--pool/--no-pool", "use_pool", default=None,
+              help="Take the worktree from the warm pool (`ccm-guard pool fill`), else make a fresh one "
+              "(default: when the repository has a pool).")
+@click.option("--sparse", "sparse", multiple=True, metavar="DIR",
+              help="Check out only this directory (cone mode; repeatable); a change outside it fails path-policy. "
+              "Never pooled.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -105,7 +126,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
              keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
              agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
-             snapshot_every: int = 10) -> None:
+             snapshot_every: int = 10, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = ()) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b
@@ -138,7 +159,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
         terminal=False if as_json and terminal is None else terminal,
         sandbox=sandbox_mode, no_network=no_network, agent=agent, apply=apply_on_pass,
-        snapshot_every=snapshot_every,
+        snapshot_every=snapshot_every, link_dirs=link_dirs, pool=use_pool, sparse=sparse,
     )
     verdict = exec_task(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))
@@ -187,3 +208,5 @@ def demo(keep: bool) -> None:
 
 # The other commands live in their own modules; importing them registers them.
 from . import cli_repo, cli_task  # noqa: E402,F401
+from . import cli_gc  # noqa: E402,F401
+from . import cli_pool  # noqa: E402,F401

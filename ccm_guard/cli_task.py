@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .cli import CONTEXT, handled, main
+from .cli import CONTEXT, handled, main, run_options
 from .errors import EXIT_CODE_TABLE
 
 
@@ -234,14 +234,7 @@ def task_snapshot(task_id: str, as_json: bool) -> None:
 
 @task.command("resume", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("task_id", metavar="TASK")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS")
-@click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS")
-@click.option("--pass-env", "keep_env", multiple=True, metavar="NAME")
-@click.option("--pty/--no-pty", "terminal", default=None)
-@click.option("--sandbox", "sandbox_mode", type=click.Choice(["none", "landlock", "auto"]), default="none",
-              show_default=True)
-@click.option("--no-network", is_flag=True)
-@click.option("--agent", type=click.Choice(["codex", "claude", "gemini", "aider", "generic"]))
+@run_options
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handled

@@ -664,14 +664,6 @@ def untracked_matching(repo: Repo, patterns: Path) -> list[str]:
 # --- the warm pool, sparse tasks and cheap removal (issue 7) ---------------------------------
 
 
-def worktree_add_pooled(repo: Repo, path: Path, base: str, reason: str) -> None:
-    """A detached worktree at `base`, locked with `reason` from the moment it exists (so a
-    `git worktree prune` elsewhere leaves it alone), its files not yet checked out: the
-    checkout (`reset_hard`) runs outside the repository's administration lock."""
-    run(["worktree", "add", "--quiet", "--detach", "--no-checkout", "--lock", "--reason", reason, str(path), base],
-        repo, cwd="/")
-
-
 def worktree_add_bare(repo: Repo, path: Path, branch: str, base: str) -> None:
     """`worktree add -b` without the checkout: the admin dir, HEAD and branch only (~10 ms
     at any size); `reset_hard` or a sparse setup fills the work tree afterwards."""
@@ -684,40 +676,12 @@ def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
     run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
 
 
-def clean_all(repo: Repo) -> None:
-    """Remove untracked and ignored files, nested repositories too (-ff)."""
-    run(["clean", "-ffdxq"], repo)
-
-
-def refresh_index(repo: Repo) -> None:
-    """Record the files' stat data in the index. After a checkout the index and the files
-    share a timestamp second, so every status re-hashes them until this runs at least a
-    second later (PERF-NOTES). Exit 1 only says some file differs: status tells which."""
-    run(["update-index", "-q", "--refresh"], repo, check=False)
-
-
 def worktree_lock(repo: Repo, path: Path, reason: str) -> None:
     run(["worktree", "lock", "--reason", reason, str(path)], repo, cwd="/")
 
 
 def worktree_unlock(repo: Repo, path: Path) -> None:
     run(["worktree", "unlock", str(path)], repo, cwd="/")
-
-
-def worktree_move(repo: Repo, src: Path, dst: Path) -> None:
-    """Rename a linked worktree; git rewrites its `.git` pointer and the admin dir's `gitdir`."""
-    run(["worktree", "move", str(src), str(dst)], repo, cwd="/")
-
-
-def checkout_new_branch(repo: Repo, branch: str, base: str) -> None:
-    """Create `branch` at `base` and check it out, touching only the files that differ from
-    what is checked out now; fails if the branch exists."""
-    run(["checkout", "--quiet", "--no-track", "-b", branch, base, "--"], repo)
-
-
-def detach_head(repo: Repo, commit: str, message: str = "ccm-guard: back to the pool") -> None:
-    """Point the worktree's HEAD straight at `commit` (no files change)."""
-    run(["update-ref", "--no-deref", "-m", message, "HEAD", commit], repo)
 
 
 def sparse_set_cone(repo: Repo, directories: Sequence[str]) -> None:
@@ -761,3 +725,97 @@ def index_tree(repo: Repo, index: Path) -> str | None:
     write one from it (unmerged entries, missing objects, not an index at all)."""
     res = run(["write-tree"], repo, env={"GIT_INDEX_FILE": str(index)}, check=False)
     return res.out.strip() if res.returncode == 0 else None
+
+
+def tree_blobs(repo: Repo, rev: str) -> dict[str, tuple[str, str]]:
+    """path -> (mode, object id) of every file in `rev`'s tree."""
+    found = {}
+    for record in run(["ls-tree", "-r", "-z", "--full-tree", rev], repo).z():
+        meta, _, path = record.partition("\t")
+        mode, _, oid = meta.split(" ")
+        found[path] = (mode, oid)
+    return found
+
+
+def hash_files(repo: Repo, paths: Sequence[Path]) -> list[str]:
+    """The blob ids of files as they are on disk (no filters), in one git process."""
+    if not paths:
+        return []
+    data = "".join(f"{p}\n" for p in paths).encode("utf-8", "surrogateescape")
+    return run(["hash-object", "--no-filters", "--stdin-paths"], repo, input=data).out.split()
+
+
+# --- pool worktrees without an admin entry (issue 7) ------------------------------------------
+# A pooled work tree is a directory and ccm-guard's own index file, with no entry under
+# <common>/worktrees: nothing a running task's snapshot sees. Git is run on it as the
+# common dir's work tree with a private index (GIT_INDEX_FILE); the main worktree's own
+# config.worktree is read then, so its sparse settings are switched off for these calls.
+
+_PRIVATE_INDEX_CONFIG = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.sparseCheckout", "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "index.sparse", "GIT_CONFIG_VALUE_1": "false",
+}
+
+
+def checkout_with_index(repo: Repo, index: Path, rev: str) -> None:
+    """Write `rev`'s files into repo.work_tree, recording them in the index file `index`
+    (made if missing). No ref, HEAD or other index is touched."""
+    run(["read-tree", "--reset", "-u", rev], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
+
+
+def refresh_with_index(repo: Repo, index: Path) -> None:
+    run(["update-index", "-q", "--refresh"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG},
+        check=False)
+
+
+def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
+    """`status` of repo.work_tree against the index file `index`, ignored files included.
+    (Its index-against-HEAD half compares with the common dir's HEAD: callers look only at
+    the work tree side.)"""
+    args = ["status", "--porcelain=v2", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none",
+            "--ignored=matching"]
+    out = run(args, repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG}).z()
+    entries = []
+    for record in out:
+        if record[0] in "?!":
+            entries.append(StatusEntry(record[0] * 2, record[2:]))
+        elif record[0] == "1":
+            fields = record.split(" ", 8)
+            entries.append(StatusEntry(fields[1], fields[8], fields[3], fields[6]))
+        elif record[0] == "u":
+            fields = record.split(" ", 10)
+            entries.append(StatusEntry(fields[1], fields[10], fields[3], fields[7]))
+    return entries
+
+
+
+
+def trees_of(repo: Repo, revs: Sequence[str]) -> list[str]:
+    """The tree of each commit in `revs`, in one git process."""
+    return run(["rev-parse", *(f"{rev}^{{tree}}" for rev in revs)], repo).out.split()
+
+
+def clean_with_index(repo: Repo, index: Path) -> None:
+    """`clean_all` for a work tree whose index is the file `index`."""
+    run(["clean", "-ffdxq"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
+
+
+def numstat_trees(old: Path, new: Path) -> dict[str, tuple[int | None, int | None]]:
+    """Lines added and deleted per file from directory `old` to directory `new`, outside any
+    repository (`git diff --no-index`), keyed by the path relative to them; (None, None)
+    for a binary file. git's diff, not Python's: difflib takes minutes on some inputs an
+    agent can write.
+    """
+    res = run(["diff", "--no-index", "--no-renames", "--numstat", "-z", "--no-ext-diff", "--no-textconv",
+               "--", str(old), str(new)], check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    tokens = res.out.split("\0")
+    found: dict[str, tuple[int | None, int | None]] = {}
+    for i in range(0, len(tokens) - 2, 3):  # "ADDED\tDELETED\t", the old path, the new path
+        added, deleted, _ = tokens[i].split("\t", 2)
+        gone = tokens[i + 2] == os.devnull
+        rel = os.path.relpath(tokens[i + 1] if gone else tokens[i + 2], old if gone else new)
+        found[rel] = (None, None) if added == "-" else (int(added), int(deleted))
+    return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import secrets
@@ -14,7 +15,7 @@ from typing import Any, Mapping
 from . import configfile, failpoints, gates, git, policy, prevention, processes, recovery, runner, signatures, worktree
 from .context import Context, untrusted_reason
 from .delta import compare
-from .errors import GitError, GuardError, NotARepository
+from .errors import GitError, GuardError, NotARepository, StateError
 from .policy import Role
 from .registry import Registry, Task
 from .report import Verdict
@@ -43,6 +44,9 @@ class ExecOptions:
     agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
     apply: bool = False  # on pass, apply the task into the branch the person has checked out
     snapshot_every: int = 10  # a snapshot ref at every Nth commit of the run (0: none)
+    link_dirs: bool = False  # .worktreeinclude: symlink matched directories instead of copying them
+    pool: bool | None = None  # take the worktree from the warm pool: None, when the repository has one
+    sparse: tuple[str, ...] = ()  # cone-mode sparse checkout of these directories (never pooled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +83,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         return copyexec.exec_copied(opts, registry)
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
     role = policy.load(worktree.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
+    role = worktree.sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     worktree.check_disk(plan)
@@ -88,9 +93,11 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         # the role's path rules for the pre-commit hook (pathspec's import is slow).
         main_status = pool.submit(main_files, main)
         compiled = pool.submit(_compiled_rules, role)
-        pins, task = worktree.create(plan, registry, opts.command, checks.to_json())
+        pins, task = worktree.create(plan, registry, opts.command, checks.to_json(), pool=opts.pool,
+                                     sparse=opts.sparse)
         main_before = main_status.result()
     try:
+        notes = _copy_included(plan.main.toplevel, pins.worktree, opts.link_dirs)
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
                                agent=opts.agent, rules=compiled.result())
         before = snapshot(pins)  # after arming: its own config and hooks are the baseline
@@ -99,14 +106,38 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
             prevention.disarm(pins)
         worktree.abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
-    baseline = Path(task.log_dir, "baseline.json")
-    baseline.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
+    baseline = write_baseline(Path(task.log_dir, "baseline.json"), before, main_before)
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
-    return run_and_judge(opts, registry, task, pins, role, checks, armed, before, main_before)
+    registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
+    return run_and_judge(opts, registry, task, pins, role, checks, armed, before, main_before, notes)
+
+
+def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
+    """The ignored files `.worktreeinclude` names (.env, node_modules/, ...), as Claude Code does."""
+    from .worktreeinclude import INCLUDE_FILE, copy_included
+
+    if not os.path.lexists(main_top / INCLUDE_FILE):
+        return []
+    result = copy_included(main_top, new, link_dirs)
+    how = ", ".join(f"{n} by {kind}" for kind, n in sorted(result.by_how.items()))
+    return [f"{INCLUDE_FILE}: brought {result.files} ignored file(s), {result.bytes} bytes ({how or 'none'})",
+            *result.warnings, *(f"{INCLUDE_FILE}: skipped {path}: {why}" for path, why in result.skipped[:20])]
+
+
+def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str]) -> Path:
+    path.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
+    return path
+
+
+def file_digest(path: Path) -> str:
+    """The baseline's digest, kept in the registry: an agent without the sandbox can rewrite
+    the file (it is under the state home), and a later audit must not be misled by it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins, role: Role, checks: Checks,
-                  armed: prevention.Armed, before: Snapshot, main_before: Mapping[str, str] | None) -> Verdict:
+                  armed: prevention.Armed, before: Snapshot, main_before: Mapping[str, str] | None,
+                  notes: list[str] | None = None) -> Verdict:
     """The agent's run and everything after it, for a new task and a resumed one alike."""
     host = worktree.host_repo(pins.common_dir)
     marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
@@ -132,7 +163,11 @@ def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins,
     verdict.sandbox, verdict.profile = armed.sandbox, armed.profile
     verdict.refusals = prevention.refusals(armed.refusal_log)
     verdict.question = read_question(pins.worktree)
-    dispose(verdict, opts, task, pins, host, registry)
+    verdict.notes = list(notes or [])
+    try:
+        dispose(verdict, opts, task, pins, host, registry)
+    except StateError as exc:  # the verdict still reaches the person (a full disk, seen for real)
+        verdict.errors.append(exc.message)
     return verdict
 
 
@@ -251,7 +286,8 @@ def judge(
         if t.id != task.id
     }
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    ctx = Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers, role=checks.role)
+    ctx = Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers, role=checks.role,
+                  ccm_moves=_recorded_moves(registry, task))
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
@@ -281,6 +317,17 @@ def judge(
         worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
         gates=results, disposition="kept", errors=errors, git_trusted=reason is None,
     )
+
+
+def _recorded_moves(registry: Registry, task: Task) -> tuple[tuple[str, str, str], ...]:
+    """The local ref moves other tasks' applies and rollbacks made (and one in flight)."""
+    moves = []
+    for other in registry.list(repo=task.repo, live_only=False):
+        for key in ("applying", "applied", "rolled_back"):
+            record = other.option(key) if other.id != task.id else None
+            if record and not record.get("remote") and not record.get("url") and record.get("ref"):
+                moves.append((record["ref"], record["old"], record["new"]))
+    return tuple(moves)
 
 
 def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
@@ -336,12 +383,15 @@ def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo
     try:
         with contextlib.suppress(GuardError, OSError):
             prevention.disarm(pins)  # its hooks live under the state home, not in the worktree
-        worktree.remove(host, pins, verdict.head)
+        # Only a passed task's worktree may go back to the warm pool.
+        pooled = worktree.remove(host, pins, verdict.head, reuse=verdict.exit_code == 0)
     except GitError as exc:
         verdict.disposition = "kept: archived, but removing the worktree failed"
         verdict.errors.append(exc.message)
         return
     verdict.disposition = "removed after archiving" if verdict.archive else "removed (no work to keep)"
+    if pooled:
+        verdict.disposition += "; the worktree went back to the warm pool"
 
 
 def next_steps(v: Verdict, task: Task) -> list[str]:

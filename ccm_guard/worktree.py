@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import failpoints, git, indexfile
+from . import failpoints, git, indexfile, trash
 from .errors import GitError, RepoError, UsageError
+from .policy import Role
 from .registry import Registry, Task, home
 from .snapshot import Pins
 
@@ -121,24 +122,30 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def create(p: Plan, registry: Registry, command: list[str], options: dict[str, object]) -> tuple[Pins, Task]:
-    """Register, then make the worktree; on any failure or Ctrl-C leave nothing behind."""
+def create(p: Plan, registry: Registry, command: list[str], options: dict[str, object], *,
+           pool: bool | None = None, sparse: tuple[str, ...] = ()) -> tuple[Pins, Task]:
+    """Register, then make the worktree; on any failure or Ctrl-C leave nothing behind.
+
+    The worktree comes from the warm pool when the repository has one (`pool`: None,
+    look; False, never), else fresh; a `sparse` one (cone-mode directories) is always fresh.
+    """
+    host = host_repo(p.main.common_dir)
+    cone = sparse_cone(host, p.base, sparse, pool)  # refused before anything is written
     now = time.time()
     task = Task(
         id=p.task_id, repo=str(p.main.common_dir), main_worktree=str(p.main.toplevel),
         main_git_dir=str(p.main.git_dir), worktree=str(p.worktree), admin_dir="", branch=p.branch,
         base=p.base, status="PENDING", created_at=now, updated_at=now, pid=os.getpid(),
         command=json.dumps(command), log_dir=str(p.log_dir), baseline=None, verdict=None,
-        options=json.dumps(options),
+        options=json.dumps({**options, **({"sparse": cone} if cone else {})}),
     )
     registry.add(task)
-    host = host_repo(p.main.common_dir)
     try:
         p.worktree.parent.mkdir(parents=True, exist_ok=True)
-        with admin_lock(p.main.common_dir):
-            git.worktree_add(host, p.worktree, p.branch, p.base)
+        admin = None if cone or pool is False else _from_pool(p, registry, asked=pool is True)
+        if admin is None:
+            admin = _fresh(p, host, cone)
         failpoints.point("create-after-worktree-add")
-        admin = admin_dir_of(p.worktree, p.main.common_dir)
         p.log_dir.mkdir(parents=True, exist_ok=True)
     except BaseException:
         with _no_interrupts():
@@ -148,6 +155,87 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
     registry.move(p.task_id, "CREATED", admin_dir=str(admin))
     task.admin_dir, task.status = str(admin), "CREATED"
     return Pins(p.worktree, admin, p.main.common_dir, p.branch), task
+
+
+def _from_pool(p: Plan, registry: Registry, asked: bool) -> Path | None:
+    from . import pool
+
+    if not asked and not pool.has_pool(registry, p.main.common_dir):
+        return None
+    admin = pool.take(registry, p.main.common_dir, p.task_id, p.branch, p.base, p.worktree)
+    if admin is not None:
+        registry.set_option(p.task_id, "pooled", True)
+    return admin
+
+
+def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
+    if not cone:
+        with admin_lock(p.main.common_dir):
+            git.worktree_add(host, p.worktree, p.branch, p.base)
+        return admin_dir_of(p.worktree, p.main.common_dir)
+    # Sparse: the metadata first (~10 ms at any size), then the cone, then the checkout of
+    # just the cone (what `git worktree add` runs for its checkout: a `git reset --hard`).
+    with admin_lock(p.main.common_dir):
+        git.worktree_add_bare(host, p.worktree, p.branch, p.base)
+    admin = admin_dir_of(p.worktree, p.main.common_dir)
+    repo = git.Repo(admin, p.main.common_dir, p.worktree)
+    git.sparse_set_cone(repo, cone)
+    git.reset_hard(repo)
+    return admin
+
+
+def normalise_cone(paths: tuple[str, ...] | list[str]) -> list[str]:
+    """`--sparse` directories as cone mode names them: relative, no `.`/`..`, no slashes
+    at either end. A bad one is a usage error."""
+    cone = []
+    for raw in paths:
+        path = raw.strip().removeprefix("./").strip("/")
+        parts = path.split("/")
+        if not path or raw.startswith("/") or "\n" in path or any(part in ("", ".", "..") for part in parts) \
+                or parts[0] == ".git":
+            raise UsageError(f"--sparse {raw!r}: name a directory relative to the repository's top, like src/lib")
+        cone.append(path)
+    return sorted(set(cone))
+
+
+def sparse_cone(host: git.Repo, base: str, paths: tuple[str, ...], pool: bool | None) -> list[str]:
+    """The checked cone for `--sparse`: every name a directory at the task's base."""
+    if not paths:
+        return []
+    if pool is True:
+        raise UsageError("--pool and --sparse do not mix: a pooled worktree has every file checked out; drop --pool")
+    cone = normalise_cone(paths)
+    for path in cone:
+        kind = git.object_type(host, base, path)
+        if kind != "tree":
+            what = "does not exist" if kind is None else f"is a {kind}, not a directory"
+            raise UsageError(f"--sparse {path!r} {what} at {base[:12]}: cone mode checks out whole directories; "
+                             "name one that exists there")
+    return cone
+
+
+def cone_forbid(cone: list[str]) -> tuple[str, ...]:
+    """Forbid rules (gitignore-style) for what a cone-mode sparse checkout leaves out: every
+    directory but the cone's, and but their parents (whose own files git checks out).
+    Added to the role's forbid list, they make a change outside the cone a path-policy
+    failure, committed or not (an untracked one fails clean-tree as well)."""
+    if not cone:
+        return ()
+    parents = sorted({"/".join(c.split("/")[:i]) for c in cone for i in range(1, c.count("/") + 1)},
+                     key=lambda d: (d.count("/"), d))
+    inside = [d for d in cone if not any(d.startswith(o + "/") for o in cone)]
+    rules = ["/*/"]
+    for parent in parents:
+        if not any(parent == d or parent.startswith(d + "/") for d in inside):
+            rules += [f"!/{parent}/", f"/{parent}/*/"]
+    return (*rules, *(f"!/{d}/" for d in inside))
+
+
+def sparse_role(role: Role, paths: tuple[str, ...]) -> Role:
+    """The role with everything outside the `--sparse` cone forbidden."""
+    if not paths:
+        return role
+    return dataclasses.replace(role, forbid=(*role.forbid, *cone_forbid(normalise_cone(paths))))
 
 
 def admin_dir_of(worktree: Path, common: Path) -> Path:
@@ -194,8 +282,8 @@ def abandon(p: Plan, registry: Registry) -> None:
 
 def _undo_create(host: git.Repo, p: Plan) -> None:
     """Remove whatever a failed or interrupted `worktree add` left: dir, admin dir, branch."""
-    if p.worktree.exists():
-        shutil.rmtree(p.worktree, ignore_errors=True)
+    trash.discard(p.worktree)  # one rename now: a half-made checkout can be 100k files
+    _forget_pooled(p.worktree)
     for admin in _admin_dirs_pointing_at(p.main.common_dir, p.worktree):
         shutil.rmtree(admin, ignore_errors=True)  # a half-made one is `locked`; prune keeps those
     ref = f"refs/heads/{p.branch}"
@@ -232,11 +320,36 @@ def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: 
     return ref
 
 
-def remove(host: git.Repo, pins: Pins, head: str | None) -> None:
-    """Remove the worktree and its branch (only if the branch is still at `head`)."""
-    with admin_lock(pins.common_dir):
-        git.worktree_remove(host, pins.worktree)
+def remove(host: git.Repo, pins: Pins, head: str | None, *, reuse: bool = False) -> bool:
+    """Remove the worktree and its branch (only if the branch is still at `head`).
+
+    The directory is renamed into the trash and deleted after ccm-guard has exited
+    (trash.py): the caller waits for a rename, not for unlinking every file. With
+    `reuse` (its task passed), a worktree from the warm pool goes back to the pool
+    instead, reset and cleaned, if the pool wants one. Returns whether it went back.
+    """
+    returned = False
+    if reuse and head is not None and _pool_exists():
+        from . import pool
+
+        returned = pool.give_back(pins, head)
+    if not returned:
+        # An admin dir whose gitdir names another place (the worktree was moved) is left be.
+        trash.remove_worktree(pins.worktree, pins.admin_dir, lambda: admin_lock(pins.common_dir))
+        _forget_pooled(pins.worktree)
     if head is not None and git.ref_exists(host, pins.branch_ref):
         git.delete_ref(host, pins.branch_ref, head)
     with contextlib.suppress(OSError):
         pins.worktree.parent.rmdir()
+    return returned
+
+
+def _pool_exists() -> bool:
+    return (home() / "pool").is_dir()  # spares opening the pool's tables when none was ever made
+
+
+def _forget_pooled(worktree: Path) -> None:
+    if _pool_exists():
+        from . import pool
+
+        pool.forget(worktree)

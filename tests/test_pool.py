@@ -1,0 +1,450 @@
+"""The warm pool and sparse tasks: real repositories, real `ccm-guard` processes.
+
+A pooled worktree must never carry one task's files into another: what is left in it,
+or any change to its git metadata, and it is destroyed, never handed out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ccm, git, make_repo, run_exec, spawn_exec, write_agent
+
+from ccm_guard import pool
+from ccm_guard.registry import Registry
+
+FILES = {"README.md": "# project\n", "src/app.py": "print('hi')\n", ".gitignore": "*.log\n",
+         "docs/guide.md": "guide\n", "lib/top.txt": "top\n", "lib/sub/deep.txt": "deep\n",
+         "lib/other/x.txt": "x\n"}
+COMMIT = "echo \"work $CCM_GUARD_TASK\" >> src/app.py\ngit commit -q -am \"work\"\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", FILES)
+
+
+def pool_cmd(repo: Path, *args: str) -> dict[str, Any]:
+    proc = ccm("pool", *args, "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def pool_of(repo: Path) -> dict[str, Any]:
+    pools = pool_cmd(repo, "status", "--repo", str(repo))["pools"]
+    return pools[0] if pools else {"ready": 0, "dirty": 0, "entries": []}
+
+
+def ready(repo: Path) -> list[dict[str, Any]]:
+    return [e for e in pool_of(repo)["entries"] if e["state"] == "ready"]
+
+
+def settled(repo: Path, seconds: float = 60) -> list[dict[str, Any]]:
+    """The ready entries once no entry is being given back (that runs after exec exited)."""
+    deadline = time.monotonic() + seconds
+    while any(e["state"] == "returning" and not e["dirty"] for e in pool_of(repo)["entries"]):
+        assert time.monotonic() < deadline, "an entry never finished returning"
+        time.sleep(0.05)
+    return ready(repo)
+
+
+def worktrees(repo: Path) -> str:
+    return git(repo, "worktree", "list", "--porcelain")
+
+
+def wait_for(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+# --- fill, take, give back ----------------------------------------------------------------------
+
+
+def test_fill_makes_checked_out_trees_that_git_itself_does_not_see(repo: Path) -> None:
+    listing = worktrees(repo)
+    made = pool_cmd(repo, "fill", "-n", "2")
+    assert made["ready"] == 2 and len(made["made"]) == 2 and made["base"] == git(repo, "rev-parse", "HEAD")
+    # No admin entry under .git/worktrees: nothing for `git worktree prune` to touch, and
+    # nothing a running task's snapshot sees come or go.
+    assert worktrees(repo) == listing and not (repo / ".git" / "worktrees").exists()
+    for entry in ready(repo):
+        home = Path(entry["path"])
+        assert (home / "src" / "app.py").read_text() == "print('hi')\n" and not (home / ".git").exists()
+        assert Path(entry["home"] + ".index").is_file() and entry["base"] == made["base"]
+    # Filling again makes nothing; -n 1 trims.
+    assert pool_cmd(repo, "fill", "-n", "2")["made"] == []
+    trimmed = pool_cmd(repo, "fill", "-n", "1")
+    assert trimmed["ready"] == 1 and len(trimmed["destroyed"]) == 1
+
+
+def inode(path: Path) -> int:
+    return os.stat(path).st_ino
+
+
+INODE = "stat -c %i docs/guide.md > \"$CCM_GUARD_SUMMARY.inode\"\n"
+
+
+def seen_inode(result: Any) -> int:
+    return int(Path(result.verdict["log_dir"], "agent", "summary.inode").read_text())
+
+
+def test_exec_takes_a_pooled_worktree_and_a_passed_cleanup_gives_it_back_clean(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    pooled = inode(Path(entry["path"], "docs", "guide.md"))
+    agent = write_agent(tmp_path, INODE + "echo build > out.log\nmkdir -p cache && echo c > cache/x.log\n" + COMMIT)
+    result = run_exec(repo, agent, "--task", "one", "--cleanup")
+    assert result.code == 0, result.stderr
+    assert seen_inode(result) == pooled  # the pool's files, not a fresh checkout
+    assert "went back to the warm pool" in result.verdict["disposition"]
+    show = json.loads(ccm("task", "show", "one", "--json", cwd=repo).stdout)
+    assert show["options"]["pooled"] is True and Path(show["admin_dir"]).name == "one"
+    # Back in the pool, at its base, without the task's ignored build output or commit.
+    (back,) = settled(repo)
+    assert back["id"] == entry["id"] and back["path"] == entry["path"]
+    home = Path(back["path"])
+    assert not (home / "out.log").exists() and not (home / "cache").exists() and not (home / ".git").exists()
+    assert (home / "src" / "app.py").read_text() == "print('hi')\n"
+    assert git(repo, "branch", "--list", "ccm/one") == "" and worktrees(repo).count("worktree ") == 1
+    assert git(repo, "rev-parse", "refs/ccm-guard/archive/one") == result.verdict["head"]
+    # The next task gets the same files, pristine.
+    check = write_agent(tmp_path, INODE + "test ! -e out.log && test ! -e cache\n"
+                        "test -z \"$(git status --porcelain --ignored)\"\n"
+                        "test \"$(git symbolic-ref HEAD)\" = refs/heads/ccm/two\n" + COMMIT, name="check.sh")
+    second = run_exec(repo, check, "--task", "two")
+    assert second.code == 0, second.stderr + json.dumps(second.verdict["gates"])
+    assert seen_inode(second) == pooled and pool_of(repo)["ready"] == 0
+
+
+def test_taking_writes_only_the_files_that_differ_from_the_pooled_base(repo: Path, tmp_path: Path) -> None:
+    old = git(repo, "rev-parse", "HEAD")
+    pool_cmd(repo, "fill", "-n", "1", "--base", old)
+    (entry,) = ready(repo)
+    pooled = inode(Path(entry["path"], "docs", "guide.md"))
+    (repo / "src" / "app.py").write_text("print('new')\n")
+    git(repo, "commit", "-q", "-am", "newer")
+    agent = write_agent(tmp_path, INODE + "grep -q new src/app.py\n" + COMMIT)
+    result = run_exec(repo, agent, "--task", "newer")  # --base HEAD: one commit past the pool's
+    assert result.code == 0, result.stderr + json.dumps(result.verdict["gates"])
+    assert result.verdict["base"] == git(repo, "rev-parse", "HEAD")
+    assert seen_inode(result) == pooled  # unchanged between the bases: not rewritten
+
+
+def test_a_failed_task_never_returns_its_worktree(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    agent = write_agent(tmp_path, "echo left > stray.txt")  # no commit, and an untracked file: fails
+    result = run_exec(repo, agent, "--task", "bad", "--on-fail", "discard")
+    assert result.code == 1 and result.verdict["disposition"].startswith("removed")
+    assert pool_of(repo)["entries"] == [] and not Path(entry["path"]).exists()
+    assert worktrees(repo).count("worktree ") == 1
+
+
+def test_a_task_that_makes_a_stray_branch_fails_and_gives_nothing_back(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    agent = write_agent(tmp_path, COMMIT + "rgit branch stray\n")
+    result = run_exec(repo, agent, "--task", "strays", "--cleanup", "--on-fail", "discard")
+    assert result.code == 1 and result.status("refs-untouched") == "fail"
+    assert pool_of(repo)["entries"] == [] and not Path(entry["path"]).exists()
+
+
+def test_drain_destroys_ready_worktrees_and_exec_then_makes_fresh_ones(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "2")
+    paths = [e["path"] for e in ready(repo)]
+    drained = pool_cmd(repo, "drain")
+    assert len(drained["destroyed"]) == 2 and drained["left_with_tasks"] == []
+    assert pool_cmd(repo, "status")["pools"] == [] and all(not Path(p).exists() for p in paths)
+    result = run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "fresh")
+    assert result.code == 0
+    assert "pooled" not in json.loads(ccm("task", "show", "fresh", "--json", cwd=repo).stdout)["options"]
+
+
+# --- never leak one task's files into another -------------------------------------------------
+
+
+def test_leftovers_planted_in_a_returned_worktree_never_reach_the_next_task(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    first = run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "first", "--cleanup")
+    assert first.code == 0 and "warm pool" in first.verdict["disposition"]
+    (entry,) = settled(repo)
+    home = Path(entry["path"])
+    (home / "planted.txt").write_text("untracked\n")
+    (home / "planted.log").write_text("ignored\n")
+    (home / "README.md").write_text("dirty\n")
+    git(repo, "branch", "stray")  # and git metadata pointing the tree at a stray branch
+    git(repo, "worktree", "add", "-q", "--no-checkout", str(tmp_path / "stray"), "stray")
+    (home / ".git").write_text((tmp_path / "stray" / ".git").read_text())
+    check = write_agent(tmp_path, "test ! -e planted.txt && test ! -e planted.log\n"
+                        "test \"$(cat README.md)\" = '# project'\n"
+                        "test \"$(git symbolic-ref HEAD)\" = refs/heads/ccm/next\n" + COMMIT, name="check.sh")
+    result = run_exec(repo, check, "--task", "next")
+    assert result.code == 0, result.stderr + json.dumps(result.verdict["gates"])
+    # The planted entry was destroyed, not cleaned and handed out: the task got a fresh worktree.
+    assert not home.exists() and pool_of(repo)["entries"] == []
+    assert "pooled" not in json.loads(ccm("task", "show", "next", "--json", cwd=repo).stdout)["options"]
+
+
+def _plant(kind: str, home: Path, index: Path) -> None:
+    if kind == "untracked":
+        (home / "new.txt").write_text("x\n")
+    elif kind == "ignored":
+        (home / "build.log").write_text("x\n")
+    elif kind == "ignored-dir":
+        (home / "cache" / "deep").mkdir(parents=True)
+        (home / "cache" / "deep" / "x.log").write_text("x\n")
+    elif kind == "dirty":
+        (home / "src" / "app.py").write_text("print('evil')\n")
+    elif kind == "same-size":
+        (home / "src" / "app.py").write_text("print('HI')\n")
+    elif kind == "mode":
+        (home / "src" / "app.py").chmod(0o755)
+    elif kind == "deleted":
+        (home / "docs" / "guide.md").unlink()
+    elif kind == "symlink":
+        (home / "docs" / "guide.md").unlink()
+        (home / "docs" / "guide.md").symlink_to("/etc/passwd")
+    elif kind == "dot-git":
+        (home / ".git").write_text("gitdir: /somewhere/else\n")
+    elif kind == "index":
+        os.utime(index)
+
+
+KINDS = ["untracked", "ignored", "ignored-dir", "dirty", "same-size", "mode", "deleted", "symlink", "dot-git", "index"]
+
+
+def test_any_change_to_a_pooled_tree_makes_it_not_pristine(repo: Path) -> None:
+    pool_cmd(repo, "fill", "-n", str(len(KINDS) + 1))
+    control, *planted = pool.entries(Registry(), None, ("ready",))
+    for kind, entry in zip(KINDS, planted):
+        _plant(kind, Path(entry.path), entry.index)
+    assert pool.problem(control) is None
+    for kind, entry in zip(KINDS, planted):
+        assert pool.problem(entry) is not None, kind
+
+
+def test_a_task_hiding_a_change_from_git_status_does_not_leak_it(repo: Path, tmp_path: Path) -> None:
+    """assume-unchanged hides a changed file from `git status`; the pool's own copy of the
+    index does not, so the change is undone before the worktree is pooled again."""
+    pool_cmd(repo, "fill", "-n", "1")
+    hide = write_agent(tmp_path, COMMIT + "echo evil > README.md\ngit update-index --assume-unchanged README.md\n")
+    first = run_exec(repo, hide, "--task", "hider", "--cleanup")
+    assert first.code == 0, first.stderr  # git status shows nothing: the gates cannot see it either
+    (entry,) = settled(repo)
+    assert (Path(entry["path"]) / "README.md").read_text() == "# project\n"
+    check = write_agent(tmp_path, "test \"$(cat README.md)\" = '# project'\n" + COMMIT, name="check.sh")
+    assert run_exec(repo, check, "--task", "after").code == 0
+
+
+# --- concurrency and crashes ----------------------------------------------------------------------
+
+
+def test_concurrent_pool_execs_never_share_a_worktree(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "3")
+    pooled = {inode(Path(e["path"], "docs", "guide.md")) for e in ready(repo)}
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    # No commits: another task's commit seen half-done (ref moved, index.lock not yet
+    # renamed) fails refs-untouched now and then, pool or not; that is not what this checks.
+    agent = write_agent(tmp_path, f"stat -c %i docs/guide.md > {seen}/$CCM_GUARD_TASK\nsleep 1\n")
+    procs = [spawn_exec(repo, "--json", "--pool", "--no-require-commit", "--task", f"c{i}", "--", str(agent))
+             for i in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err + out
+    inodes = {p.name: int(p.read_text()) for p in seen.iterdir()}
+    assert len(inodes) == 4 and len(set(inodes.values())) == 4
+    assert len(pooled & set(inodes.values())) == 3  # the pool's three, and one fresh checkout
+    out = [e for e in pool_of(repo)["entries"] if e["state"] == "out"]
+    assert len(out) == 3 and len({e["task"] for e in out}) == 3 and len({e["path"] for e in out}) == 3
+
+
+def test_filling_and_draining_while_a_task_runs_leaves_its_gates_alone(repo: Path, tmp_path: Path) -> None:
+    """Pool entries have no admin dir under .git/worktrees, so nothing of them shows in a
+    running task's snapshots: not their making, nor their destruction."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    agent = write_agent(tmp_path, f"touch {started}\nwhile [ ! -e {go} ]; do sleep 0.05; done\n" + COMMIT)
+    proc = spawn_exec(repo, "--json", "--no-pool", "--task", "busy", "--", str(agent))
+    wait_for(started)
+    pool_cmd(repo, "fill", "-n", "2")
+    pool_cmd(repo, "drain")
+    go.touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err + out
+    assert all(g["status"] == "pass" for g in json.loads(out)["gates"])
+
+
+def test_a_crash_while_checked_out_leaves_it_dirty_and_out_of_the_pool(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    started = tmp_path / "started"
+    agent = write_agent(tmp_path, f"echo $$ > {started}.tmp && mv {started}.tmp {started}\nsleep 60\n")
+    proc = spawn_exec(repo, "--json", "--task", "crashed", "--", str(agent))
+    try:
+        wait_for(started)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if started.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(started.read_text()), signal.SIGKILL)
+    (out,) = pool_of(repo)["entries"]
+    assert out["id"] == entry["id"] and out["state"] == "out" and out["dirty"] and "crashed" in out["note"]
+    assert out["path"] in worktrees(repo)  # an ordinary (abandoned) task worktree now
+    # Never handed out again: the next task gets a fresh worktree; fill does not count it.
+    result = run_exec(repo, write_agent(tmp_path, COMMIT, name="next.sh"), "--task", "after")
+    assert result.code == 0
+    assert "pooled" not in json.loads(ccm("task", "show", "after", "--json", cwd=repo).stdout)["options"]
+    refilled = pool_cmd(repo, "fill", "-n", "1")
+    assert refilled["ready"] == 1 and len(refilled["made"]) == 1 and refilled["destroyed"] == []
+    assert pool_of(repo)["dirty"] == 1
+    # Discarding the crashed task removes it, and the pool forgets it.
+    assert ccm("task", "discard", "crashed", cwd=repo).returncode == 0
+    assert pool_of(repo)["dirty"] == 0 and not Path(out["path"]).exists()
+
+
+@pytest.mark.parametrize("point", ["pool-after-claim", "pool-after-move"])
+def test_a_take_killed_halfway_is_recognised_and_destroyed(repo: Path, tmp_path: Path, point: str) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    agent = write_agent(tmp_path, COMMIT)
+    killed = ccm("exec", "--json", "--task", "killed", "--", str(agent), cwd=repo,
+                 env={"CCM_GUARD_FAILPOINT": point})
+    assert killed.returncode == -signal.SIGKILL
+    (half,) = pool_of(repo)["entries"]
+    assert half["state"] == "taking" and half["dirty"] and "interrupted" in half["note"]
+    result = run_exec(repo, agent, "--task", "after")
+    assert result.code == 0
+    assert "pooled" not in json.loads(ccm("task", "show", "after", "--json", cwd=repo).stdout)["options"]
+    refilled = pool_cmd(repo, "fill", "-n", "1")
+    assert refilled["destroyed"] == [entry["id"]] and refilled["ready"] == 1
+    assert not Path(half["path"]).exists() and not Path(entry["home"]).exists()
+    assert half["path"] not in worktrees(repo)  # nor is its admin dir left behind
+
+
+@pytest.mark.parametrize("point", ["pool-returning", "pool-finishing"])
+def test_a_return_killed_halfway_is_recognised_and_destroyed(repo: Path, tmp_path: Path, point: str) -> None:
+    """Killed while exec hands the files back, or while the detached finisher resets them."""
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    run = ccm("exec", "--json", "--task", "killed", "--cleanup", "--", str(write_agent(tmp_path, COMMIT)),
+              cwd=repo, env={"CCM_GUARD_FAILPOINT": point})
+    assert run.returncode == (-signal.SIGKILL if point == "pool-returning" else 0)
+    deadline = time.monotonic() + 60
+    while not (half := pool_of(repo)["entries"][0])["dirty"]:
+        assert time.monotonic() < deadline, half
+        time.sleep(0.05)
+    assert half["state"] == "returning" and "interrupted" in half["note"]
+    assert pool_cmd(repo, "fill", "-n", "1")["destroyed"] == [entry["id"]]
+    assert not Path(half["path"]).exists() and worktrees(repo).count("worktree ") == 1
+
+
+# --- sparse tasks ------------------------------------------------------------------------------------
+
+
+def test_sparse_exec_checks_out_only_the_cone_and_its_own_setup_is_baseline(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")  # a pool exists, and still a sparse task is made fresh
+    agent = write_agent(tmp_path, "test -e README.md && test -e src/app.py && test ! -e docs && test ! -e lib\n"
+                        + COMMIT)
+    result = run_exec(repo, agent, "--task", "sp", "--sparse", "src")
+    assert result.code == 0, result.stderr + json.dumps(result.verdict["gates"])
+    assert all(g["status"] == "pass" for g in result.verdict["gates"])
+    assert pool_of(repo)["ready"] == 1
+    show = json.loads(ccm("task", "show", "sp", "--json", cwd=repo).stdout)
+    assert show["options"]["sparse"] == ["src"] and "pooled" not in show["options"]
+
+
+def test_sparse_change_outside_the_cone_committed_around_the_hooks_fails_path_policy(
+        repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "mkdir -p docs && echo new > docs/new.md\n"
+                        "rgit add --sparse docs/new.md\nrgit commit -q -m 'outside'\n")
+    result = run_exec(repo, agent, "--task", "out", "--sparse", "src")
+    assert result.code == 1
+    assert result.status("path-policy") == "fail" and "docs/new.md" in result.reasons("path-policy")
+    assert result.status("git-metadata") == "pass"
+
+
+def test_sparse_uncommitted_change_outside_the_cone_fails(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "mkdir -p docs && echo changed > docs/guide.md\n" + COMMIT)
+    result = run_exec(repo, agent, "--task", "dirty", "--sparse", "src")
+    assert result.code == 1
+    assert result.status("clean-tree") == "fail" and result.status("path-policy") == "fail"
+    assert "docs/guide.md" in result.reasons("path-policy")
+
+
+def test_sparse_agent_widening_its_checkout_fails_git_metadata(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "rgit sparse-checkout disable\n" + COMMIT)
+    result = run_exec(repo, agent, "--task", "widen", "--sparse", "src")
+    assert result.code == 1 and result.status("git-metadata") == "fail"
+    assert "sparse" in result.reasons("git-metadata").lower()
+
+
+def test_the_cone_rules_agree_with_git_on_every_path(tmp_path: Path) -> None:
+    """What the forbid rules let through is exactly what git checks out for the cone."""
+    from ccm_guard.pathrules import Rules
+    from ccm_guard.worktree import cone_forbid
+
+    files = {f"{a}/{b}/{c}.txt": "x\n" for a in ("a", "b", "lib") for b in ("x", "y", "sub") for c in ("1", "2")}
+    files.update({"top.txt": "t\n", "a/direct.txt": "d\n", "lib/sub/x/deeper/z.txt": "z\n", "lib/direct.txt": "d\n"})
+    repo = make_repo(tmp_path / "many", files)
+    for cone in (["a"], ["lib/sub"], ["a/x", "lib/sub/x"], ["a", "a/y"]):
+        git(repo, "sparse-checkout", "set", "--cone", *cone)
+        rules = Rules(None, cone_forbid(sorted(cone)))
+        for line in git(repo, "ls-files", "-t").splitlines():
+            tag, path = line.split(" ", 1)
+            assert (tag == "H") == (rules.violation(path) is None), (cone, path, tag)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sparse", "docs/guide.md"], "is a blob, not a directory"),
+    (["--sparse", "nowhere"], "does not exist"),
+    (["--sparse", "../up"], "relative to the repository's top"),
+    (["--sparse", "src", "--pool"], "do not mix"),
+])
+def test_bad_sparse_input_is_one_line_exit_2_and_leaves_nothing(repo: Path, tmp_path: Path, args: list[str],
+                                                               message: str) -> None:
+    refs = git(repo, "for-each-ref")
+    proc = ccm("exec", "--task", "bad", *args, "--", str(write_agent(tmp_path, COMMIT)), cwd=repo)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert git(repo, "for-each-ref") == refs and worktrees(repo).count("worktree ") == 1
+    assert ccm("task", "show", "bad", cwd=repo).returncode == 7
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def test_pool_commands_refuse_bad_input(repo: Path, tmp_path: Path) -> None:
+    not_repo = tmp_path / "plain"
+    not_repo.mkdir()
+    cases = [(["fill", "-n", "-1"], 2, "-1"), (["fill", "--repo", str(not_repo)], 5, "not in a git repository"),
+             (["fill", "--base", "nope"], 5, "does not name a commit"), (["drain", "--repo", str(not_repo)], 5, "")]
+    for args, code, text in cases:
+        proc = ccm("pool", *args, cwd=repo)
+        assert proc.returncode == code and text in proc.stderr, (args, proc.stderr)
+    assert pool_cmd(repo, "status")["pools"] == []
+    assert "no pool" in ccm("pool", "status", cwd=repo).stdout
+
+
+def test_human_status_names_ready_and_dirty_entries(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "2")
+    text = ccm("pool", "status", cwd=repo).stdout
+    assert "2 ready of 2" in text and text.count("\n  p-") == 2
+    killed = ccm("exec", "--task", "killed", "--", str(write_agent(tmp_path, COMMIT)), cwd=repo,
+                 env={"CCM_GUARD_FAILPOINT": "pool-after-claim"})
+    assert killed.returncode == -signal.SIGKILL
+    text = ccm("pool", "status", cwd=repo).stdout
+    assert "1 ready of 2, 1 dirty" in text and "interrupted while taking" in text
+    (entry,) = ready(repo)
+    Path(entry["path"], "stray.txt").write_text("x\n")
+    (row,) = pool.entries(Registry(), None, ("ready",))
+    assert "1 leftover(s) in its work tree: ?? stray.txt" in (pool.problem(row) or "")

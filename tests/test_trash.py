@@ -1,0 +1,159 @@
+"""Removal off the critical path: one rename into the trash, deletion after ccm-guard exits."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, git, make_repo, run_exec, write_agent
+
+from ccm_guard import trash
+
+# A process that moves a directory into the trash and then waits for a line on stdin: it
+# stands for a ccm-guard that has removed a worktree and has not answered yet.
+HOLDER = """
+import sys
+from pathlib import Path
+from ccm_guard import trash
+entry = trash.discard(Path(sys.argv[1]))
+print(entry, flush=True)
+sys.stdin.readline()
+"""
+
+
+def wait_until(condition: object, what: str, seconds: float = 60) -> None:
+    """Poll for something that happens in the background (not a timing assertion)."""
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.05)
+
+
+def tree_of_files(root: Path, count: int = 50) -> Path:
+    for i in range(count):
+        d = root / f"d{i % 5}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_text(f"{i}\n")
+    return root
+
+
+def holder(directory: Path) -> tuple[subprocess.Popen[str], Path]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory)], cwd=ROOT, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None
+    entry = Path(proc.stdout.readline().strip())
+    return proc, entry
+
+
+def test_cleanup_renames_the_worktree_into_the_trash_and_git_forgets_it(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "echo more >> README.md\ngit commit -qam 'more'")
+    result = run_exec(repo, agent, "--no-pool", "--cleanup", "--task", "gone")
+    assert result.code == 0, result.stderr
+    worktree = Path(result.verdict["worktree"])
+    assert not worktree.exists()
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert git(repo, "worktree", "prune", "--dry-run", "--verbose") == ""  # no stale admin entry either
+    assert git(repo, "branch", "--list", "ccm/gone") == ""
+    assert git(repo, "rev-parse", "refs/ccm-guard/archive/gone") == result.verdict["head"]
+    wait_until(lambda: trash.entries() == [], "the deleter to empty the trash after exec exited")
+
+
+def test_deletion_waits_for_the_process_to_exit_and_survives_it(tmp_path: Path) -> None:
+    proc, entry = holder(tree_of_files(tmp_path / "big"))
+    try:
+        assert not (tmp_path / "big").exists()
+        assert entry.parent == trash.trash_dir() and (entry / "d0" / "f0").read_text() == "0\n"
+        # The holder has not exited: no deleter exists yet (one started now would be a
+        # child of ccm-guard while its agent runs, and the processes gate would kill it).
+        assert entry.exists() and not trash.busy(entry)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    wait_until(lambda: not entry.exists(), "the deleter to delete the entry once its process exited")
+
+
+def test_a_killed_process_leaves_its_trash_to_sweep(tmp_path: Path) -> None:
+    proc, entry = holder(tree_of_files(tmp_path / "big"))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert entry.exists()
+    report = trash.sweep(wait=False)  # handed to a detached deleter
+    assert report.deleted == [str(entry)]
+    wait_until(lambda: not entry.exists(), "the sweep's deleter to delete the killed process's entry")
+
+
+def test_sweep_deletes_what_a_crash_left_and_skips_entries_being_deleted(tmp_path: Path) -> None:
+    left = trash.trash_dir() / "1-1-abcdef-crashed"
+    tree_of_files(left, 10)
+    busy = trash.trash_dir() / "2-2-abcdef-busy"
+    tree_of_files(busy, 10)
+    fd = os.open(busy, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a deleter at work holds it
+    try:
+        assert trash.sweep(dry_run=True).deleted == [str(left)] and left.exists()
+        report = trash.sweep()
+        assert report.deleted == [str(left)] and report.busy == [str(busy)]
+        assert not left.exists() and busy.exists()
+    finally:
+        os.close(fd)
+    assert trash.sweep().deleted == [str(busy)] and trash.entries() == []
+
+
+def test_remove_worktree_is_git_worktree_remove_minus_the_deletion(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    worktree = tmp_path / "wts" / "one"
+    git(repo, "worktree", "add", "-q", "-b", "one", str(worktree))
+    (worktree / "untracked.txt").write_text("x\n")
+    admin = repo / ".git" / "worktrees" / "one"
+    entry = trash.remove_worktree(worktree, admin)
+    try:
+        assert entry is not None and (entry / "untracked.txt").exists()
+        assert not worktree.exists() and not admin.exists() and not worktree.parent.exists()
+        assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+        assert git(repo, "worktree", "prune", "--dry-run", "--verbose") == ""
+    finally:
+        trash.release()  # this test process lives on: let its deleter start now
+    wait_until(lambda: not entry.exists(), "the deleter to delete the removed worktree")
+
+
+def test_an_admin_dir_naming_another_worktree_is_left_alone(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "worktree", "add", "-q", "-b", "two", str(tmp_path / "two"))
+    admin = repo / ".git" / "worktrees" / "two"
+    stranger = tmp_path / "elsewhere"
+    stranger.mkdir()
+    assert not trash.drop_admin(admin, stranger)
+    assert (admin / "gitdir").exists()
+    assert trash.drop_admin(admin, tmp_path / "two") and not admin.exists()
+
+
+def test_across_file_systems_the_directory_is_deleted_at_once(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the state home")
+    victim = Path(subprocess.check_output(["mktemp", "-d", "-p", str(shm)], text=True).strip())
+    tree_of_files(victim, 5)
+    assert trash.discard(victim) is None
+    assert not victim.exists() and trash.entries() == []
+
+
+def test_pool_status_lists_the_trash(tmp_path: Path) -> None:
+    proc, entry = holder(tree_of_files(tmp_path / "big"))
+    try:
+        out = subprocess.run([sys.executable, "-m", "ccm_guard", "pool", "status", "--json"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        assert json.loads(out)["trash"] == [str(entry)]
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
