@@ -297,7 +297,7 @@ def _apply_lock(common_dir: Path) -> Iterator[None]:
 
 def render(a: dict[str, Any]) -> list[str]:
     """The apply summary: what landed where (`task apply` and `exec --apply`)."""
-    from .report import safe
+    from .text import safe
 
     lines = [f"applied: task {safe(a['task'])} into {safe(a['target'])} ({a['strategy']}) as {a['new'][:12]}"
              f"  files changed: {a['files']} (+{a['insertions']} -{a['deletions']})"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any
 
 from .errors import ExitCode
+from .text import safe
 from .context import MAX_PATHS
 from .gates import GateResult
 from .git import FileStat
@@ -94,15 +94,6 @@ class Verdict:
 def to_json(verdict: Verdict) -> str:
     # ASCII with escapes: a path that is not UTF-8 (git keeps any bytes) stays valid JSON.
     return json.dumps(verdict.to_json(), indent=2)
-
-
-# Control characters (C0, DEL, C1) and bidirectional overrides can hide or reorder text
-# on a terminal; anything the agent chose (paths, commit subjects) is shown escaped.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def safe(text: str) -> str:
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
 # What an agent's output can leave a terminal in: a string sequence (OSC, DCS, APC) that

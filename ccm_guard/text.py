@@ -1,0 +1,14 @@
+"""Showing text the agent chose (paths, subjects, questions) on a terminal without letting it
+hide or reorder anything."""
+
+from __future__ import annotations
+
+import re
+
+# Control characters (C0, DEL, C1) and bidirectional overrides can hide or reorder text
+# on a terminal; anything the agent chose (paths, commit subjects) is shown escaped.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: str) -> str:
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
