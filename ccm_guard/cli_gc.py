@@ -14,6 +14,7 @@ from .errors import ExitCode
 
 if TYPE_CHECKING:
     from .gc import Action
+    from .registry import Registry
 
 GC_EPILOG = """\
 \b
@@ -63,13 +64,43 @@ def gc_cmd(dry_run: bool, older_than: str, archive_days: float, repo: Path | Non
     actions = gc.plan(registry, opts)
     if not dry_run:
         gc.execute(actions, registry)
+    extra = _sweep(registry, opts.repo, dry_run)
     failed = any(a.error for a in actions)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "actions": [a.to_json() for a in actions],
-                               "failed": sum(1 for a in actions if a.error)}, indent=2))
+                               "failed": sum(1 for a in actions if a.error), **extra}, indent=2))
     else:
         click.echo(render(actions, dry_run))
+        for line in _render_sweep(extra, dry_run):
+            click.echo(line)
     sys.exit(int(ExitCode.STATE) if failed else 0)
+
+
+def _sweep(registry: "Registry", repo: Path | None, dry_run: bool) -> dict[str, object]:
+    """What a killed ccm-guard left outside the registry's tasks: trash not yet deleted
+    (handed to a detached deleter), and pool entries left half filled, taken or returned."""
+    from . import pool, trash
+
+    swept = trash.sweep(dry_run=dry_run, wait=False)
+    repaired: list[str] = []
+    if not dry_run:
+        repos = [repo] if repo else sorted({Path(t.repo) for t in registry.list(live_only=False)})
+        for each in repos:
+            repaired += pool.reconcile(registry, each)
+    return {"trash": swept.to_json(), "pool_repaired": repaired}
+
+
+def _render_sweep(extra: dict[str, object], dry_run: bool) -> list[str]:
+    trash = extra["trash"]
+    assert isinstance(trash, dict)
+    lines = []
+    if trash["deleted"]:
+        lines.append(f"  trash: {len(trash['deleted'])} removed worktree(s) " +
+                     ("would be deleted" if dry_run else "handed to a background deleter"))
+    if trash["busy"]:
+        lines.append(f"  trash: {len(trash['busy'])} being deleted already")
+    lines += [f"  pool: {item}" for item in extra["pool_repaired"]]  # type: ignore[attr-defined]
+    return lines
 
 
 def render(actions: list["Action"], dry_run: bool) -> str:

@@ -531,3 +531,24 @@ def test_repo_option_limits_gc_to_one_repository(tmp_path: Path) -> None:
     assert code == 0 and [x["subject"] for x in report["actions"]] == ["ta"]
     assert not Path(va["worktree"]).exists() and Path(vb["worktree"]).exists()
     assert _status("ta") == "DISCARDED" and _status("tb") == "COMMITTED"
+
+
+def test_gc_hands_trash_a_killed_ccm_guard_left_to_a_deleter(tmp_path: Path) -> None:
+    import time
+
+    from ccm_guard import trash
+
+    repo = make_repo(tmp_path / "repo")
+    left = trash.trash_dir() / "wt-of-a-killed-run"
+    (left / "deep" / "deeper").mkdir(parents=True)
+    (left / "deep" / "deeper" / "file.txt").write_text("x\n")
+    dry = ccm("gc", "--json", cwd=repo)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["trash"]["deleted"] == [str(left)] and left.exists()
+    done = ccm("gc", "--yes", cwd=repo)
+    assert done.returncode == 0 and "handed to a background deleter" in done.stdout
+    for _ in range(100):
+        if not left.exists():
+            break
+        time.sleep(0.1)
+    assert not left.exists()

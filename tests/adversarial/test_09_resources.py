@@ -71,9 +71,17 @@ for _ in range(1200):
     os.mkdir('dddd', dir_fd=fd)
     fd = os.open('dddd', os.O_RDONLY, dir_fd=fd)
 os.close(os.open('evil', os.O_WRONLY | os.O_CREAT, dir_fd=fd))" {repo}/.git/deep""")
-    res = run_exec(repo, agent, timeout=120)
-    assert res.code == 1 and res.status("git-metadata") == "fail"
-    assert "deep" in " ".join(p for f in res.gate("git-metadata")["findings"] for p in f["paths"])
+    try:
+        res = run_exec(repo, agent, timeout=120)
+        assert res.code == 1 and res.status("git-metadata") == "fail"
+        assert "deep" in " ".join(p for f in res.gate("git-metadata")["findings"] for p in f["paths"])
+    finally:
+        _remove_deep(repo / ".git" / "deep")
+
+
+def _remove_deep(path: Path) -> None:
+    # rm, not shutil.rmtree: pytest's own clean-up of old temp dirs recurses and fails on it.
+    subprocess.run(["rm", "-rf", "--", str(path)], check=False)
 
 
 def test_a_directory_tree_deeper_than_path_max_in_the_worktree(repo: Path, tmp_path: Path) -> None:
@@ -97,6 +105,7 @@ os.close(os.open('evil', os.O_WRONLY | os.O_CREAT, dir_fd=fd))" deep""")
     os.close(fd)
     assert git(Path(res.verdict["worktree"]), "status", "--porcelain", "--untracked-files=all") == ""  # ... git sees nothing
     assert res.status("clean-tree") == "pass" and res.code == 0
+    _remove_deep(Path(res.verdict["worktree"], "deep"))
 
 
 @contextlib.contextmanager
