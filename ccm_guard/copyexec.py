@@ -18,11 +18,10 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import stat
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import policy, prevention, processes, runner, sandbox, worktree
 from .copyapply import CopyApplied, apply_copy, discard_copy, restore_copy
@@ -152,7 +151,7 @@ def _copied_note(counts: dict[str, int], special: list[str]) -> str:
 
 
 def _abandon(plan: CopyPlan, registry: Registry) -> None:
-    with _no_interrupts():
+    with worktree.no_interrupts():
         remove_tree(plan.copy)
         remove_tree(plan.log_dir)
         with contextlib.suppress(OSError):
@@ -233,16 +232,6 @@ def _next_steps(v: CopyVerdict, task: Task) -> list[str]:
         steps.append(f"inspect: cd {task.worktree}   (logs in {task.log_dir})")
     steps.append(f"discard: ccm-guard task discard {task.id}")
     return steps
-
-
-@contextlib.contextmanager
-def _no_interrupts() -> Iterator[None]:
-    """Ctrl-C must not stop a clean-up halfway (a half-removed copy with its row gone)."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def remove_tree(path: Path) -> None:

@@ -148,7 +148,7 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
         failpoints.point("create-after-worktree-add")
         p.log_dir.mkdir(parents=True, exist_ok=True)
     except BaseException:
-        with _no_interrupts():
+        with no_interrupts():
             _undo_create(host, p)
             registry.delete(p.task_id)
         raise
@@ -265,7 +265,8 @@ def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _no_interrupts() -> Iterator[None]:
+def no_interrupts() -> Iterator[None]:
+    """Ctrl-C must not stop a clean-up halfway (a half-removed worktree with its row gone)."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
@@ -275,7 +276,7 @@ def _no_interrupts() -> Iterator[None]:
 
 def abandon(p: Plan, registry: Registry) -> None:
     """Take back a created task whose agent never started: no worktree, branch or row left."""
-    with _no_interrupts():
+    with no_interrupts():
         _undo_create(host_repo(p.main.common_dir), p)
         registry.delete(p.task_id)
 

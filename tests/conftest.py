@@ -83,6 +83,15 @@ def repo(tmp_path: Path) -> Path:
 RGIT = 'rgit() { "${CCM_GUARD_REAL_GIT:-git}" -c core.hooksPath=/dev/null "$@"; }\n'
 
 
+def marker_script(directory: Path, marker: Path, name: str) -> Path:
+    """An executable that appends one line to `marker` (and swallows stdin, as a pager would)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(f'#!/bin/sh\necho "{name} $*" >> "{marker}"\ncat >/dev/null 2>&1 || true\nexit 0\n')
+    path.chmod(0o755)
+    return path
+
+
 def write_agent(directory: Path, body: str, name: str = "agent.sh") -> Path:
     path = directory / name
     path.write_text("#!/bin/sh\nset -e\n" + RGIT + body + "\n")

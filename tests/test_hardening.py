@@ -20,21 +20,12 @@ from typing import Callable
 
 import pytest
 
-from conftest import AUTHOR, ExecResult, ccm, git, make_repo, run_exec, spawn_exec, write_agent
+from conftest import AUTHOR, ExecResult, ccm, git, make_repo, marker_script, run_exec, spawn_exec, write_agent
 
 COMMIT = 'echo "agent work" > work.txt; git add -A; git commit -q -m "agent work"'
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def marker_script(directory: Path, marker: Path, name: str) -> Path:
-    """An executable that appends one line to `marker` (and swallows stdin, as a pager would)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text(f'#!/bin/sh\necho "{name} $*" >> "{marker}"\ncat >/dev/null 2>&1 || true\nexit 0\n')
-    path.chmod(0o755)
-    return path
 
 
 def hook_dir(directory: Path, marker: Path) -> Path:

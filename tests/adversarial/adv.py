@@ -17,22 +17,13 @@ from typing import Any
 import pytest
 
 from ccm_guard import sandbox
-from conftest import AUTHOR, ExecResult, git
+from conftest import AUTHOR, ExecResult, git, marker_script  # noqa: F401  (marker_script: re-exported for the attacks)
 
 COMMIT = 'echo "agent work" > work.txt; git add -A; git commit -q -m "agent work"'
 LANDLOCK = sandbox.abi() > 0
 needs_landlock = pytest.mark.skipif(not LANDLOCK, reason="this kernel has no Landlock")
 # For attacks where the OS sandbox matters: run them without it and under it.
 SANDBOXES = ["none", pytest.param("landlock", marks=needs_landlock)]
-
-
-def marker_script(directory: Path, marker: Path, name: str) -> Path:
-    """An executable that appends one line to `marker` (and swallows stdin, as a pager would)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text(f'#!/bin/sh\necho "{name} $*" >> "{marker}"\ncat >/dev/null 2>&1 || true\nexit 0\n')
-    path.chmod(0o755)
-    return path
 
 
 def plain_git(where: Path, *args: str, input: str | None = None,
