@@ -84,6 +84,7 @@ def _sweep(registry: "Registry", repo: Path | None, dry_run: bool) -> dict[str, 
     swept = trash.sweep(dry_run=dry_run, wait=False)
     repaired: list[str] = []
     if not dry_run:
+        pool.open_registry(registry)  # the pool's tables exist once a pool was ever used
         repos = [repo] if repo else sorted({Path(t.repo) for t in registry.list(live_only=False)})
         for each in repos:
             repaired += pool.reconcile(registry, each)
