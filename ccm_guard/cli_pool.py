@@ -1,4 +1,4 @@
-"""Command line for `ccm-guard pool`: parse, call pool.fill/drain/status, render."""
+"""Command line for `ccm-guard pool`: parse, call pool_admin.fill/drain/status, render."""
 
 from __future__ import annotations
 
@@ -25,11 +25,13 @@ def pool() -> None:
     """The warm pool: ready worktrees per repository, so `exec` starts in milliseconds.
 
     \b
-    A pool worktree sits under $CCM_GUARD_HOME/pool/, detached at a recent base and
-    locked ("ccm-guard pool"). `exec` takes one when the repository has a pool (--no-pool
-    makes a fresh one), checks that it is pristine (anything left in it, or any change to
-    its git metadata, and it is destroyed instead), and re-points it to the task's branch
-    and base, writing only the files that differ. A task that passes with --cleanup gives
+    A pooled checkout sits under $CCM_GUARD_HOME/pool/ at a recent base, with
+    ccm-guard's own index and no git admin entry (filling or draining the pool is
+    invisible to running tasks, and `git worktree prune` has nothing to touch). `exec`
+    takes one when the repository has a pool (--no-pool makes a fresh one), checks that
+    it is pristine (anything left in it, or its index changed, and it is destroyed
+    instead), and makes it the task's worktree on its branch and base, writing only the
+    files that differ. A task that passes with --cleanup gives
     its worktree back, reset and cleaned; a failed task's worktree never goes back.
     """
 
@@ -53,7 +55,7 @@ def pool_fill(size: int, base: str, repo: Path, as_json: bool) -> None:
     Each costs one checkout, as `git worktree add` does: on a large repository run this
     ahead of time. Entries an interrupted ccm-guard left half-done are destroyed first.
     """
-    from . import git, pool as pools
+    from . import git, pool_admin as pools
 
     report = pools.fill(git.discover(repo.resolve()), size, base)
     if as_json:
@@ -70,7 +72,7 @@ def pool_fill(size: int, base: str, repo: Path, as_json: bool) -> None:
 @handled
 def pool_status(repo: Path | None, as_json: bool) -> None:
     """Show each repository's pool: how many are ready, out with tasks, or dirty."""
-    from . import git, pool as pools, trash
+    from . import git, pool_admin as pools, trash
 
     common = git.discover(repo.resolve()).common_dir if repo else None
     found = pools.status(repo=common)
@@ -99,7 +101,7 @@ def pool_drain(repo: Path, as_json: bool) -> None:
 
     Worktrees out with tasks stay with them, and are removed (not returned) with the task.
     """
-    from . import git, pool as pools
+    from . import git, pool_admin as pools
 
     report = pools.drain(git.discover(repo.resolve()).common_dir)
     if as_json:
