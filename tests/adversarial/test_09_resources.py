@@ -61,16 +61,20 @@ for i in range(3000):
     assert len(proc.stdout.splitlines()) < 120, proc.stdout[-2000:]
 
 
-def test_a_directory_tree_deeper_than_path_max_in_the_git_dir(repo: Path, tmp_path: Path) -> None:
-    agent = write_agent(tmp_path, f"""{COMMIT}
-mkdir {repo}/.git/deep
-python3 -c "
+# 1200 levels of `dddd/` (past PATH_MAX) under the directory given, then a file `evil`.
+DEEP_TREE = """python3 -c "
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 for _ in range(1200):
     os.mkdir('dddd', dir_fd=fd)
     fd = os.open('dddd', os.O_RDONLY, dir_fd=fd)
-os.close(os.open('evil', os.O_WRONLY | os.O_CREAT, dir_fd=fd))" {repo}/.git/deep""")
+os.close(os.open('evil', os.O_WRONLY | os.O_CREAT, dir_fd=fd))\""""
+
+
+def test_a_directory_tree_deeper_than_path_max_in_the_git_dir(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+mkdir {repo}/.git/deep
+{DEEP_TREE} {repo}/.git/deep""")
     try:
         res = run_exec(repo, agent, timeout=120)
         assert res.code == 1 and res.status("git-metadata") == "fail"
@@ -89,13 +93,7 @@ def test_a_directory_tree_deeper_than_path_max_in_the_worktree(repo: Path, tmp_p
     clean-tree and the archive) does not see it; nor can it be committed. It stays on disk."""
     agent = write_agent(tmp_path, f"""{COMMIT}
 mkdir deep
-python3 -c "
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-for _ in range(1200):
-    os.mkdir('dddd', dir_fd=fd)
-    fd = os.open('dddd', os.O_RDONLY, dir_fd=fd)
-os.close(os.open('evil', os.O_WRONLY | os.O_CREAT, dir_fd=fd))" deep""")
+{DEEP_TREE} deep""")
     res = run_exec(repo, agent, timeout=120)
     fd = os.open(Path(res.verdict["worktree"], "deep"), os.O_RDONLY)
     for _ in range(1200):
