@@ -144,6 +144,7 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
         p.worktree.parent.mkdir(parents=True, exist_ok=True)
         admin = None if cone or pool is False else _from_pool(p, registry, asked=pool is True)
         if admin is None:
+            check_disk(p)  # only a fresh checkout writes the files (a pooled one has them)
             admin = _fresh(p, host, cone)
         failpoints.point("create-after-worktree-add")
         p.log_dir.mkdir(parents=True, exist_ok=True)
