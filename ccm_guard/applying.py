@@ -16,7 +16,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import failpoints, git, worktree
 from .errors import ApplyRefused, GitError, StateError, UsageError
@@ -165,23 +165,36 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
         if old is None:
             raise UsageError(f"branch {target.name} does not exist: create it first")
         new = build(host, task, head, old, strategy)
-        checkout = _checked_out(host, target.ref)
-        with _apply_lock(Path(task.repo)) if checkout else contextlib.nullcontext():
-            if checkout:
-                _require_clean(checkout, target)
-            registry.set_option(task.id, "applying", {"ref": target.ref, "old": old, "new": new,
-                                                          "strategy": strategy})
-            failpoints.point("apply-before-cas")
-            if not git.try_update_ref(host, target.ref, new, old, f"ccm-guard: apply task {task.id}"):
-                registry.set_option(task.id, "applying", None)
-                time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
-                continue
-            failpoints.point("apply-after-cas")
-            if checkout:
-                _update_checkout(host, checkout, target, old, new)
-        return _record(registry, task, host, target, strategy, old, new, attempt,
-                       str(checkout.work_tree) if checkout else None)
+        intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy}
+        moved, checkout = move_target(host, Path(task.repo), target, old, new, f"ccm-guard: apply task {task.id}",
+                                      lambda: registry.set_option(task.id, "applying", intent), "apply")
+        if moved:
+            return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
+        registry.set_option(task.id, "applying", None)
+        time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
     raise ApplyRefused(f"{target.name} kept moving: gave up after {MAX_ATTEMPTS} attempts; try again")
+
+
+def move_target(host: git.Repo, common: Path, target: Target, old: str, new: str, message: str,
+                record: Callable[[], None], label: str) -> tuple[bool, str | None]:
+    """Move a local branch old -> new by compare-and-swap, and a clean checkout of it along.
+
+    `record` writes the move to the registry first (other runs then know it is ccm-guard's,
+    and a crash after it is reconciled). Returns (False, None) when somebody else moved
+    the branch first, else (True, the checkout brought along or None).
+    """
+    checkout = checked_out(host, target.ref)
+    with _apply_lock(common) if checkout else contextlib.nullcontext():
+        if checkout:
+            require_clean(checkout, target)
+        record()
+        failpoints.point(f"{label}-before-cas")
+        if not git.try_update_ref(host, target.ref, new, old, message):
+            return False, None
+        failpoints.point(f"{label}-after-cas")
+        if checkout:
+            _update_checkout(host, checkout, target, old, new)
+    return True, str(checkout.work_tree) if checkout else None
 
 
 def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, target: Target, strategy: str,
@@ -208,8 +221,7 @@ def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, tar
                            f"(last: {rejected}); try again, or raise --retries")
     finally:
         with contextlib.suppress(GitError):
-            if git.ref_exists(host, tracking):
-                git.run(["update-ref", "-d", tracking], host)
+            git.drop_ref(host, tracking)
 
 
 def _record(registry: Registry, task: Task, host: git.Repo, target: Target, strategy: str, old: str, new: str,
@@ -242,7 +254,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
         branch = pending["ref"].removeprefix("refs/heads/")
         tip = git.fetch_ref(host, pending["url"], branch, f"refs/ccm-guard/push/{task.id}")
         with contextlib.suppress(GitError):
-            git.run(["update-ref", "-d", f"refs/ccm-guard/push/{task.id}"], host)
+            git.drop_ref(host, f"refs/ccm-guard/push/{task.id}")
     else:
         tip = git.resolve_commit(host, pending["ref"])
     landed = tip is not None and (tip == pending["new"] or git.is_ancestor(host, pending["new"], tip))
@@ -257,7 +269,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
 # --- a checked-out target --------------------------------------------------------------------
 
 
-def _checked_out(host: git.Repo, ref: str) -> git.Repo | None:
+def checked_out(host: git.Repo, ref: str) -> git.Repo | None:
     for entry in git.worktree_list(host):
         if entry.branch == ref and entry.path.is_dir():
             return _repo_of_checkout(host, entry.path)
@@ -269,7 +281,7 @@ def _repo_of_checkout(host: git.Repo, path: Path) -> git.Repo:
     return git.Repo(found.git_dir, found.common_dir, found.toplevel)
 
 
-def _require_clean(checkout: git.Repo, target: Target) -> None:
+def require_clean(checkout: git.Repo, target: Target) -> None:
     # Untracked files need no look: read-tree refuses to overwrite one that is in the way.
     dirty = [e.path for e in git.status(checkout, untracked=False)]
     if dirty:

@@ -257,6 +257,15 @@ def delete_ref(repo: Repo, ref: str, old: str) -> None:
     run(["update-ref", "-d", ref, old], repo)
 
 
+def drop_ref(repo: Repo, ref: str) -> None:
+    """Delete a private ref whatever it points at (a missing one is fine)."""
+    run(["update-ref", "-d", ref], repo)
+
+
+def commit_message(repo: Repo, commit: str) -> str:
+    return run(["log", "-1", "--format=%B", commit, "--"], repo).out
+
+
 def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
     res = run(["merge-base", "--is-ancestor", ancestor, descendant], repo, check=False)
     if res.returncode not in (0, 1):

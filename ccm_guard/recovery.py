@@ -70,12 +70,11 @@ def recover(repo: git.Repo, allowed: Callable[[str], bool], message: str | None,
             return RecoveryResult(None, (), refused, "", removed)
         _stage(repo, take, env)
         tree = git.run(["write-tree"], repo, env=env).out.strip()
-    if tree == git.run(["rev-parse", f"{head}^{{tree}}"], repo).out.strip():
+    if tree == git.tree_of(repo, head):
         return RecoveryResult(None, (), refused, "", removed)  # e.g. only a dirty submodule's insides
     text = with_trailer(message)
-    new = git.run(["commit-tree", tree, "-p", head, "-F", "-"], repo, env=dict(identity),
-                  input=text.encode("utf-8")).out.strip()
-    git.run(["update-ref", "-m", "ccm-guard: recovery commit", "HEAD", new, head], repo)
+    new = git.commit_tree(repo, tree, [head], text, identity)
+    git.update_ref(repo, "HEAD", new, head, message="ccm-guard: recovery commit")
     warning = _reset_index(repo, new)
     return RecoveryResult(new, tuple(take), refused, text, removed, warning)
 

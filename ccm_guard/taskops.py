@@ -199,8 +199,7 @@ def auto_snapshots(host: git.Repo, task: Task, head: str, every: int) -> list[in
 
 def _snapshot_parts(host: git.Repo, commit: str) -> tuple[str, str]:
     """(head, work) of a snapshot: a commit with uncommitted work names its head in a trailer."""
-    message = git.run(["log", "-1", "--format=%B", commit], host).out
-    for line in message.splitlines():
+    for line in git.commit_message(host, commit).splitlines():
         if line.startswith("Ccm-Guard-Snapshot-Head: "):
             return line.split(": ", 1)[1].strip(), commit
     return commit, commit
@@ -254,8 +253,7 @@ def _rollback_apply(registry: Registry, task: Task) -> dict[str, Any]:
     if target.url:
         how = _revert_remote(host, task, target, old, new)
     else:
-        how = _revert_local(host, task, target, old, new)
-        registry.set_option(task.id, "rolled_back", {"ref": target.ref, "old": how["from"], "new": how["to"]})
+        how = _revert_local(registry, host, task, target, old, new)
     registry.move(task.id, "ROLLED_BACK")
     return {"task": task.id, "target": target.name, **how}
 
@@ -274,7 +272,8 @@ def _revert_commit(host: git.Repo, task: Task, tip: str, old: str, new: str) -> 
     return git.commit_tree(host, merged.tree, [tip], message, worktree.IDENTITY)
 
 
-def _revert_local(host: git.Repo, task: Task, target: applying.Target, old: str, new: str) -> dict[str, Any]:
+def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applying.Target, old: str,
+                  new: str) -> dict[str, Any]:
     for _ in range(applying.MAX_ATTEMPTS):
         tip = git.resolve_commit(host, target.ref)
         if tip is None:
@@ -282,14 +281,13 @@ def _revert_local(host: git.Repo, task: Task, target: applying.Target, old: str,
         if not git.is_ancestor(host, new, tip):
             raise StateError(f"{target.name} no longer contains the apply ({new[:12]}): it was already undone")
         result = old if tip == new else _revert_commit(host, task, tip, old, new)
-        checkout = applying._checked_out(host, target.ref)
-        with applying._apply_lock(Path(task.repo)) if checkout else contextlib.nullcontext():
-            if checkout:
-                applying._require_clean(checkout, target)
-            if not git.try_update_ref(host, target.ref, result, tip, f"ccm-guard: roll back task {task.id}"):
-                continue
-            if checkout:
-                applying._update_checkout(host, checkout, target, tip, result)
+        move = {"ref": target.ref, "old": tip, "new": result}
+        moved, _ = applying.move_target(host, Path(task.repo), target, tip, result,
+                                        f"ccm-guard: roll back task {task.id}",
+                                        lambda: registry.set_option(task.id, "rolled_back", move), "rollback")
+        if not moved:
+            registry.set_option(task.id, "rolled_back", None)
+            continue
         how = "reset (nothing had landed since)" if result == old else "revert commit (later work kept)"
         return {"how": how, "from": tip, "to": result}
     raise ApplyRefused(f"{target.name} kept moving: try the rollback again")

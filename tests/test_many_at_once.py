@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,8 +109,6 @@ def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path:
     for _ in range(100):  # wait until the second agent is running
         if json.loads(ccm("task", "list", "--json", cwd=repo).stdout)[-1]["status"] == "ACTIVE":
             break
-        import time
-
         time.sleep(0.1)
     applied = ccm("task", "apply", "first", "--into", into, cwd=repo)
     assert applied.returncode == 0, applied.stderr

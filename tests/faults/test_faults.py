@@ -117,12 +117,19 @@ def test_sigkill_during_discard_after_the_archive(repo: Path, tmp_path: Path) ->
 def test_the_person_commits_to_the_target_during_an_apply(repo: Path, tmp_path: Path) -> None:
     assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
     git(repo, "branch", "release")
+    go = tmp_path / "go"
     applying = subprocess.Popen([sys.executable, "-m", "ccm_guard", "task", "apply", "t1", "--into", "release", "--json"],
                                 cwd=repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**os.environ, "CCM_GUARD_FAILPOINT": "apply-before-cas:sleep=2"})
-    time.sleep(1)
+                                env={**os.environ, "CCM_GUARD_FAILPOINT": f"apply-before-cas:wait={go}"})
+    reached = Path(f"{go}.reached")
+    for _ in range(6000):  # until the apply has computed its merge and waits to move the branch
+        if reached.exists() or applying.poll() is not None:
+            break
+        time.sleep(0.01)
+    assert reached.exists(), applying.communicate()
     theirs = git(repo, "commit-tree", "-p", "release", "-m", "person's commit", git(repo, "rev-parse", "release^{tree}"))
     git(repo, "update-ref", "refs/heads/release", theirs)
+    go.write_text("")
     out, err = applying.communicate(timeout=60)
     assert applying.returncode == 0, err
     applied = json.loads(out)["applied"]
@@ -133,18 +140,21 @@ def test_the_person_commits_to_the_target_during_an_apply(repo: Path, tmp_path: 
 def test_a_registry_locked_by_another_process_is_waited_for(repo: Path, tmp_path: Path) -> None:
     assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
     db = Path(os.environ["CCM_GUARD_HOME"], "registry.db")
+    released = tmp_path / "released"
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sqlite3, sys, time\n"
         f"db = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
-        "db.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(2)\ndb.execute('COMMIT')\n")],
+        "db.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(2)\n"
+        f"open({str(released)!r}, 'w').write(repr(time.time()))\ndb.execute('COMMIT')\n")],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-    started = time.monotonic()
     proc = ccm("task", "apply", "t1", cwd=repo)
     holder.wait(timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - started > 1  # it waited for the lock instead of failing
     with sqlite3.connect(db) as check:
+        # It waited for the lock instead of failing: its write came after the holder let go.
+        updated = check.execute("SELECT updated_at FROM tasks WHERE id = 't1'").fetchone()[0]
+        assert updated > float(released.read_text())
         assert check.execute("SELECT status FROM tasks WHERE id = 't1'").fetchone() == ("APPLIED",)
 
 
