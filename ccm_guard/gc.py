@@ -27,8 +27,7 @@ from .gc_action import (GONE, TASK_BRANCHES, Action, Forecast, admin_steps, bran
                         orphan_branch_of, running, task_steps, to_audit, worktree_steps)
 from .gc_run import execute
 from .keep import ARCHIVE_PREFIX
-from .linked import (AdminEntry, admin_entries, entry_at, head_ref, identify, key_hash, lock_owner, lock_reason,
-                     trusted)
+from .linked import AdminEntry, admin_entries, entry_at, head_ref, identify, lock_owner, lock_reason, trusted
 from .registry import RUNNING, Registry, Task, home, pid_alive
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
@@ -93,12 +92,13 @@ def _plan_repo(common: Path, rows: list[Task], dirs: list[Path], opts: Options) 
     unmade = {os.path.realpath(t.worktree) for t in rows if t.status == "PENDING" and t.abandoned}
     actions, held = _plan_locks(common, entries, unmade)
     # Every task branch and archive in two git calls, not two per row (rows pile up for years).
-    refs = {**git.refs_under(host, TASK_BRANCHES), **git.refs_under(host, ARCHIVE_PREFIX)}
+    branches = git.refs_under(host, TASK_BRANCHES)
+    refs = {**branches, **git.refs_under(host, ARCHIVE_PREFIX)}
     actions += [a for t in rows for a in [_plan_task(host, t, entries, held, refs, opts)] if a]
     tasked = {t.id for t in rows} & {a.task for a in actions if a.task}
     claimed = branch_refs(rows)
     actions += [_plan_dir(host, path, entries, held, claimed) for path in dirs]
-    actions += _plan_branches(host, rows, entries)
+    actions += _plan_branches(host, rows, entries, branches)
     actions += _plan_prune(host, rows, entries, held, tasked)
     actions += [a for t in rows if t.id not in tasked for a in [_plan_expiry(host, t, refs, opts)] if a]
     return actions
@@ -173,7 +173,7 @@ def _task_kind(t: Task, wt: Path, age: float, opts: Options) -> tuple[str, str] 
 def _unknown_dirs(rows: list[Task], only: Path | None) -> dict[Path | None, list[Path]]:
     """Directories under $CCM_GUARD_HOME/worktrees that no task row names, by repository."""
     known = {os.path.realpath(t.worktree) for t in rows}
-    suffix = "-" + key_hash(only) if only else None
+    suffix = "-" + worktree.key_hash(only) if only else None
     found: dict[Path | None, list[Path]] = {}
     for path in sorted((home() / "worktrees").glob("*/*")):
         if os.path.realpath(path) in known or (suffix and not path.parent.name.endswith(suffix)):
@@ -212,12 +212,13 @@ def _plan_foreign_dir(path: Path, repo: str = "") -> Action:
                   "trace to its repository, so gc cannot archive it: look inside, then remove it by hand", False, [])
 
 
-def _plan_branches(host: git.Repo, rows: list[Task], entries: list[AdminEntry]) -> list[Action]:
-    """ccm/* branches that no task row names and no worktree has checked out."""
+def _plan_branches(host: git.Repo, rows: list[Task], entries: list[AdminEntry],
+                   branches: dict[str, str]) -> list[Action]:
+    """ccm/* branches (`branches`: ref -> tip) that no task row names and no worktree has checked out."""
     used = branch_refs(rows) | {e.head_ref for e in entries if e.head_ref}
     used.add(head_ref(host.common_dir / "HEAD") or "")
     actions = []
-    for ref, tip in sorted(git.refs_under(host, TASK_BRANCHES).items()):
+    for ref, tip in sorted(branches.items()):
         if ref in used:
             continue
         name = ref.removeprefix(TASK_BRANCHES)

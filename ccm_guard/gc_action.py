@@ -16,7 +16,6 @@ from . import git, worktree
 from .errors import StateError
 from .keep import ARCHIVE_PREFIX, Work, admin_work, archive_name, archive_slot, keeper, worktree_head
 from .linked import AdminEntry, trusted
-from .registry import RUNNING
 from .registry import TRANSITIONS, Task
 
 GONE = ("DISCARDED", "CLEANED_UP")  # statuses whose worktree and branch are meant to be gone

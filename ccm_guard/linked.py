@@ -9,7 +9,6 @@ whether the ccm-guard that locked one is still alive are decided here too.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from . import configfile, git
 from .errors import UntrustedRepoError
 from .registry import Task
+from .worktree import key_hash
 
 _LOCK_REASON = re.compile(r"ccm-guard pid (\d+) task (\S+)")
 
@@ -95,10 +95,6 @@ def identify(path: Path) -> tuple[Path, Path] | None:
             or not path.parent.name.endswith("-" + key_hash(common))):
         return None
     return common, admin
-
-
-def key_hash(common: Path) -> str:
-    return hashlib.sha256(str(common).encode()).hexdigest()[:10]  # as worktree.repo_key names it
 
 
 def trusted(task: Task | None, common: Path, admin: Path, path: Path) -> git.Repo:

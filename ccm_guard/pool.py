@@ -128,13 +128,11 @@ def _hand_over(registry: Registry, entry: Entry, branch: str, base: str, dest: P
 def _undo_hand_over(repo: Path, branch: str, base: str, dest: Path) -> None:
     """A hand-over that failed half-way: its admin dir and branch go (the files went with
     the entry), so that the next entry, or a fresh worktree, can use the same names."""
-    from .worktree import admin_lock, host_repo
+    from .worktree import admin_dirs_pointing_at, admin_lock, host_repo
 
-    for gitdir in (repo / "worktrees").glob("*/gitdir"):
-        with contextlib.suppress(OSError):
-            if Path(gitdir.read_text().strip()).parent == dest:
-                with admin_lock(repo):
-                    trash.drop_admin(gitdir.parent, dest)
+    for admin in admin_dirs_pointing_at(repo, dest):
+        with admin_lock(repo):
+            trash.drop_admin(admin, dest)
     host = host_repo(repo)
     ref = f"refs/heads/{branch}"
     if git.resolve_commit(host, ref) == base:

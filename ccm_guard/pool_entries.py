@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import hashlib
 import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from . import git, trash
 from .errors import RepoError
-from .registry import Registry, home, pid_alive
+from .registry import Registry, pid_alive
 
 LIVE_STATES = ("filling", "taking", "returning")  # a process is at work on the entry
 
@@ -130,22 +128,16 @@ def drop(registry: Registry, entry: Entry) -> None:
     entry.index.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def pool_lock(repo: Path) -> Iterator[None]:
-    """One repository's entries change hands one process at a time (an flock: a killed
-    process releases it); the registry's IMMEDIATE transaction makes each claim atomic."""
-    locks = home() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(str(repo).encode()).hexdigest()[:16]
-    with open(locks / f"{name}-pool.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
-
-
 def claim(registry: Registry, repo: Path, task: str | None, entry_id: str | None = None) -> Entry | None:
-    """Mark a ready entry as ours (`taking`); None when there is none (or it was taken)."""
+    """Mark a ready entry as ours (`taking`); None when there is none (or it was taken).
+
+    One repository's entries change hands one process at a time (the "pool" flock: a
+    killed process releases it); the registry's IMMEDIATE transaction makes each claim atomic.
+    """
+    from .worktree import admin_lock
+
     query = "SELECT * FROM pool WHERE repo = ? AND state = 'ready'" + (" AND id = ?" if entry_id else "")
-    with pool_lock(repo), registry.transaction():
+    with admin_lock(repo, "pool"), registry.transaction():
         row = registry.db.execute(query + " ORDER BY updated_at DESC LIMIT 1",
                                   (str(repo), *((entry_id,) if entry_id else ()))).fetchone()
         if row is None:

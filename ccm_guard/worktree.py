@@ -52,8 +52,13 @@ def sanitise_task_id(raw: str) -> str:
 
 
 def repo_key(main: git.Discovered) -> str:
-    digest = hashlib.sha256(str(main.common_dir).encode()).hexdigest()[:10]
-    return f"{main.toplevel.name}-{digest}"
+    return f"{main.toplevel.name}-{key_hash(main.common_dir)}"
+
+
+def key_hash(common_dir: Path, size: int = 10) -> str:
+    """The digest of a common dir that names its repository: the end of `repo_key`
+    (size 10), or its lock files under the state home (size 16)."""
+    return hashlib.sha256(str(common_dir).encode()).hexdigest()[:size]
 
 
 def host_repo(common_dir: Path) -> git.Repo:
@@ -258,7 +263,7 @@ def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
     """
     locks = home() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(str(common_dir).encode()).hexdigest()[:16]
+    name = key_hash(common_dir, 16)
     suffix = "" if purpose == "admin" else f"-{purpose}"
     with open(locks / f"{name}{suffix}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -286,7 +291,7 @@ def _undo_create(host: git.Repo, p: Plan) -> None:
     """Remove whatever a failed or interrupted `worktree add` left: dir, admin dir, branch."""
     trash.discard(p.worktree)  # one rename now: a half-made checkout can be 100k files
     _forget_pooled(p.worktree)
-    for admin in _admin_dirs_pointing_at(p.main.common_dir, p.worktree):
+    for admin in admin_dirs_pointing_at(p.main.common_dir, p.worktree):
         shutil.rmtree(admin, ignore_errors=True)  # a half-made one is `locked`; prune keeps those
     ref = f"refs/heads/{p.branch}"
     if git.ref_exists(host, ref):
@@ -297,7 +302,8 @@ def _undo_create(host: git.Repo, p: Plan) -> None:
         p.worktree.parent.rmdir()
 
 
-def _admin_dirs_pointing_at(common: Path, worktree: Path) -> list[Path]:
+def admin_dirs_pointing_at(common: Path, worktree: Path) -> list[Path]:
+    """The admin dirs under `common` whose `gitdir` names `worktree`'s `.git`."""
     found = []
     for gitdir_file in (common / "worktrees").glob("*/gitdir"):
         with contextlib.suppress(OSError):
