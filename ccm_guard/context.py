@@ -75,7 +75,28 @@ class Context:
     @property
     def head(self) -> str | None:
         value = self.after.refs.get(self.pins.branch_ref)
-        return value if value and len(value) >= 40 and " " not in value else None
+        return value if plain(value) else None
+
+    @functools.cached_property
+    def tasks_at_work(self) -> set[str]:
+        """Other tasks (admin dir names) running now, or whose state changed since this run's
+        first snapshot (finished, cleaned up or applied meanwhile)."""
+        from pathlib import Path
+
+        from .registry import RUNNING, Registry
+
+        found: set[str] = set()
+        try:
+            registry = Registry()
+            try:
+                for task in registry.list(repo=str(self.pins.common_dir), live_only=False):
+                    if task.status in RUNNING or task.updated_at >= self.before.taken_at:
+                        found.add(Path(task.admin_dir or task.worktree).name)
+            finally:
+                registry.close()
+        except Exception:
+            found = set(self.other_tasks)  # no registry to ask: excuse them, as their own gates judge them
+        return found
 
     @functools.cached_property
     def config_changes(self) -> dict[str, list[configfile.ConfigChange]]:
@@ -133,6 +154,11 @@ def untrusted_reason(ctx: Context) -> str | None:
     if ctx.delta.objects.altered or ctx.delta.objects.removed or ctx.forged_packs:
         return "existing objects were rewritten or removed"
     return None
+
+
+def plain(value: str | None) -> bool:
+    """A ref's snapshot value is a plain object id (not a symref, nor "unreadable ...")."""
+    return value is not None and len(value) >= 40 and " " not in value
 
 
 def display(key: str) -> str:

@@ -7,17 +7,14 @@ per finding, and is one function and one line in GATES.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Callable
 
 from . import configfile, git
-from .context import FAIL, WARN, Context, Finding, Skipped, display, git_or_skip
+from .context import FAIL, WARN, Context, Finding, Skipped, display, git_or_skip, plain
 from .delta import FileChange, Owner, RefChange
 from .pathcheck import PathChange
-from .snapshot import read_nofollow
+from .snapshot import Entry, read_nofollow
 from .errors import GitError
-from .registry import RUNNING
-
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
@@ -80,13 +77,13 @@ def refs_untouched(ctx: Context) -> list[Finding]:
     checked_out = _checked_out_branches(ctx)
     findings = []
     for rc in ctx.delta.refs:
-        if rc.ref in others and (rc.after is None or _plain(rc.after)) and _moved_by_its_task(ctx, rc.ref):
+        if rc.ref in others and (rc.after is None or plain(rc.after)) and _moved_by_its_task(ctx, rc.ref):
             continue  # another task's branch made, moved or removed by its own run; its gates judge it
-        if rc.ref == own and _plain(rc.after):
+        if rc.ref == own and plain(rc.after):
             continue
         if _moved_by_ccm_guard(ctx, rc):
             continue  # another task's apply or rollback, recorded in the registry
-        if rc.after is not None and not _plain(rc.after):
+        if rc.after is not None and not plain(rc.after):
             findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
         elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
             continue  # a new archive or snapshot written by another ccm-guard run
@@ -111,35 +108,9 @@ def _moved_by_its_task(ctx: Context, ref: str) -> bool:
         prefix = f"common/worktrees/{name}/"
         if ctx.delta.changed(prefix + "index") or ctx.delta.changed(prefix + "logs/HEAD"):
             return True
-        if name in _at_work(ctx):
+        if name in ctx.tasks_at_work:
             return True
     return False
-
-
-# A task's own run is at work in these states (registry.py's lifecycle).
-
-
-def _at_work(ctx: Context) -> set[str]:
-    """Other tasks (admin dir names) running now, or whose state changed since this run's
-    first snapshot (finished, cleaned up or applied meanwhile)."""
-    cached: set[str] | None = getattr(ctx, "_at_work_cache", None)
-    if cached is not None:
-        return cached
-    from .registry import Registry
-
-    found: set[str] = set()
-    try:
-        registry = Registry()
-        try:
-            for task in registry.list(repo=str(ctx.pins.common_dir), live_only=False):
-                if task.status in RUNNING or task.updated_at >= ctx.before.taken_at:
-                    found.add(Path(task.admin_dir or task.worktree).name)
-        finally:
-            registry.close()
-    except Exception:
-        found = set(ctx.other_tasks)  # no registry to ask: excuse them, as their own gates judge them
-    setattr(ctx, "_at_work_cache", found)
-    return found
 
 
 def _moved_by_ccm_guard(ctx: Context, rc: RefChange) -> bool:
@@ -155,16 +126,12 @@ def _moved_by_ccm_guard(ctx: Context, rc: RefChange) -> bool:
 def _carries_task_work(ctx: Context, rc: RefChange) -> bool:
     """The ref now holds the task's own commits: the agent's doing, whatever the index says."""
     head = ctx.head
-    if not head or head == ctx.base or not _plain(rc.after):
+    if not head or head == ctx.base or not plain(rc.after):
         return False
     try:
         return git.is_ancestor(ctx.repo, head, rc.after or "")
     except GitError:
         return True  # cannot tell: do not excuse it
-
-
-def _plain(value: str | None) -> bool:
-    return value is not None and len(value) >= 40 and " " not in value
 
 
 def _verb(rc: RefChange) -> str:
@@ -261,7 +228,7 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
     if change.change == "removed" and sub == "gitdir":
         branch = ctx.other_tasks[name]
         archived = any(rc.ref == f"refs/ccm-guard/archive/{name}" for rc in ctx.delta.refs)
-        if _plain(ctx.after.refs.get(branch)) and not archived and name not in _at_work(ctx):
+        if plain(ctx.after.refs.get(branch)) and not archived and name not in ctx.tasks_at_work:
             return Finding("git-metadata", f"another task's worktree ({name}) was removed, but not by ccm-guard: "
                            f"its branch {branch} is still there and nothing was archived", (where,))
     return None
@@ -287,13 +254,17 @@ def _maintenance(ctx: Context, key: str) -> str | None:
 
 def _unlisted(ctx: Context, key: str) -> bool:
     """A directory too deep for the snapshot to list: what is in it cannot be reported."""
-    entry = ctx.after.files.get(key) or ctx.before.files.get(key)
+    entry = _entry(ctx, key)
     return entry is not None and entry.digest == "too deep to list"
 
 
 def _is_dir(ctx: Context, key: str) -> bool:
-    entry = ctx.after.files.get(key) or ctx.before.files.get(key)
+    entry = _entry(ctx, key)
     return entry is not None and entry.kind == "d"
+
+
+def _entry(ctx: Context, key: str) -> Entry | None:
+    return ctx.after.files.get(key) or ctx.before.files.get(key)
 
 
 def _ref_changed(ctx: Context, ref: str) -> bool:

@@ -152,3 +152,13 @@ def state_of(repo: Path) -> dict[str, str]:
         "config": (common / "config").read_text(),
         "hooks": " ".join(hooks),
     }
+
+
+def alive(pid: int, running: str = "") -> bool:
+    """Whether `pid` is a live process, not a zombie (running `running`: pids are reused quickly)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return state != "Z" and running in cmdline

@@ -11,17 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import spawn_exec, ROOT, git, run_exec, write_agent
+from conftest import spawn_exec, ROOT, alive, git, run_exec, write_agent
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_background_writer_is_killed_and_reported(repo: Path, tmp_path: Path) -> None:

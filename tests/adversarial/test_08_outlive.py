@@ -17,17 +17,7 @@ from pathlib import Path
 import pytest
 
 from adv import COMMIT, SANDBOXES
-from conftest import git, run_exec, write_agent
-
-
-def alive(pid: int, running: str = "") -> bool:
-    """Whether `pid` is still a live process (running `running`: pids are reused quickly)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace")
-    except OSError:
-        return False
-    return state != "Z" and running in cmdline
+from conftest import alive, git, run_exec, write_agent
 
 
 def test_a_process_that_waits_for_the_gates_then_moves_main_is_killed_first(repo: Path, tmp_path: Path) -> None:
