@@ -26,7 +26,6 @@ from .registry import TRANSITIONS, Registry, Task, home
 from .worktreeinclude import Cloner
 
 
-
 @dataclasses.dataclass(frozen=True)
 class CopyApplied:
     task: str

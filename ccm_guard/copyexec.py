@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import policy, prevention, processes, runner, sandbox, worktree
+from . import policy, prevention, processes, runner, worktree
 from .copyapply import CopyApplied, apply_copy, discard_copy, restore_copy
 from .copygates import BRANCH, CopyVerdict, judge_copy
 from .copytree import STRATEGY, Item, copy_directory, manifest_hash, read_manifest, walk, write_manifest
@@ -57,7 +57,9 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     profile = prevention.profile_of(command, opts.agent)
     try:
         (private / "tmp").mkdir(parents=True, exist_ok=True)
-        confine, described = _confinement(opts, plan.copy, private, profile)
+        # As the git strategy does with its worktree, with the copy as the task's one root.
+        confine, described, _ = prevention.landlock(opts.sandbox, opts.no_network, lambda: [plan.copy], private,
+                                                    profile)
     except BaseException:
         _abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
@@ -176,19 +178,6 @@ def check_disk(source: Path, dest: Path) -> None:
     if free < need:
         raise RepoError(f"not enough disk space to copy {source}: need about {need / 1e6:.1f} MB ({files} files), "
                         f"{free / 1e6:.1f} MB free under {parent}; free some space or point CCM_GUARD_HOME elsewhere")
-
-
-def _confinement(opts: ExecOptions, copy: Path, private: Path,
-                 profile: str) -> tuple[Callable[[], None] | None, str]:
-    """Landlock with the copy and the run's private directory writable (and the state a
-    known agent keeps in $HOME), as the git strategy does with its worktree."""
-    if opts.sandbox == "none":
-        return None, "none"
-    if sandbox.abi() == 0:
-        return None, "none (Landlock is not available on this kernel)"
-    writable = [copy, private, *prevention._home_state(profile)]  # noqa: SLF001 (the same list as git runs)
-    confine = sandbox.prepare(writable, no_network=opts.no_network).enforce
-    return confine, sandbox.describe() + (" without network" if opts.no_network else "")
 
 
 def _agent_env(opts: ExecOptions, task_id: str, copy: Path, private: Path, marker: str) -> dict[str, str]:

@@ -79,16 +79,8 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
         # git's messages in English, so the blocked-commit signature can be recognised.
         "LC_MESSAGES": "C",
     }
-    writable: list[Path] = []
-    confine = None
-    described = "none"
-    if sandbox_mode != "none":
-        if sandbox.abi() == 0:
-            described = "none (Landlock is not available on this kernel)"
-        else:
-            writable = [*roots.writable_roots(pins.worktree), private, *_home_state(profile)]
-            confine = sandbox.prepare(writable, no_network=no_network).enforce
-            described = sandbox.describe() + (" without network" if no_network else "")
+    confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
+                                            private, profile)
     if profile == "codex" and _codex_workspace_write(command):
         command = _with_add_dirs(command, writable or roots.writable_roots(pins.worktree))
     return Armed(command, env, confine, described, profile, refusal_log, writable)
@@ -100,6 +92,21 @@ def _install_shim(directory: Path) -> Path:
     shutil.copyfile(data_file("shims", "git"), directory / "git")
     (directory / "git").chmod(0o755)
     return directory
+
+
+def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[Path]], private: Path,
+             profile: str) -> tuple[Callable[[], None] | None, str, list[Path]]:
+    """The run's Landlock ruleset, for either strategy: its task roots (asked only when the
+    sandbox is on), its private directory and the state its agent keeps in $HOME writable.
+    Returns the enforce to run in the child (None when unconfined), what ran, and the
+    writable paths ([] when unconfined)."""
+    if sandbox_mode == "none":
+        return None, "none", []
+    if sandbox.abi() == 0:
+        return None, "none (Landlock is not available on this kernel)", []
+    writable = [*task_roots(), private, *_home_state(profile)]
+    confine = sandbox.prepare(writable, no_network=no_network).enforce
+    return confine, sandbox.describe() + (" without network" if no_network else ""), writable
 
 
 def _home_state(profile: str) -> list[Path]:

@@ -28,10 +28,23 @@ def checkout(tmp_path: Path, include: str | None, gitignore: str = GITIGNORE) ->
     return make_repo(tmp_path / "repo", files)
 
 
-def new_worktree(repo: Path, name: str = "wt") -> Path:
+def new_worktree(repo: Path, name: str = "wt", base: str = "HEAD") -> Path:
     path = repo.parent / name
-    git(repo, "worktree", "add", "-q", "-b", f"task-{name}", str(path))
+    git(repo, "worktree", "add", "-q", "-b", f"task-{name}", str(path), base)
     return path
+
+
+def tracked_then_ignored(repo: Path, path: str, pattern: str) -> str:
+    """Commit `path` as tracked, then untrack it (gone from disk too) and ignore `pattern`
+    in a later commit; returns the first commit, a task base that still tracks `path`."""
+    git(repo, "add", path)
+    git(repo, "commit", "-q", "-m", f"track {path}")
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "rm", "-q", path)
+    write(repo / ".gitignore", f"{pattern}\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", f"ignore {pattern}")
+    return base
 
 
 def write(path: Path, text: str, mode: int | None = None) -> Path:
@@ -141,17 +154,10 @@ def test_a_path_the_new_worktree_has_is_not_overwritten_and_its_directory_is_fil
     # At the task's base, build/config.json was tracked; in the checkout it is now ignored.
     repo = checkout(tmp_path, "build/\n", "")
     write(repo / "build/config.json", "tracked at the base\n")
-    git(repo, "add", "build/config.json")
-    git(repo, "commit", "-q", "-m", "track the config")
-    base = git(repo, "rev-parse", "HEAD")
-    git(repo, "rm", "-q", "--cached", "build/config.json")
-    write(repo / ".gitignore", "build/\n")
-    git(repo, "add", ".gitignore")
-    git(repo, "commit", "-q", "-m", "ignore build")
+    base = tracked_then_ignored(repo, "build/config.json", "build/")
     write(repo / "build/config.json", "the person's local one\n")
     write(repo / "build/cache/index.bin", "cache\n")
-    wt = repo.parent / "wt"
-    git(repo, "worktree", "add", "-q", "-b", "task", str(wt), base)
+    wt = new_worktree(repo, base=base)
 
     result = copy_included(repo, wt)
 
@@ -170,17 +176,10 @@ def test_nothing_is_written_through_a_symlink_in_the_new_worktree(tmp_path: Path
     target.mkdir()
     repo = checkout(tmp_path, "conf/local.json\n", "")
     os.symlink(target, repo / "conf")
-    git(repo, "add", "conf")
-    git(repo, "commit", "-q", "-m", "conf is a link")
-    base = git(repo, "rev-parse", "HEAD")
-    git(repo, "rm", "-q", "conf")
-    write(repo / ".gitignore", "conf/\n")
-    git(repo, "add", ".gitignore")
-    git(repo, "commit", "-q", "-m", "conf is local now")
+    base = tracked_then_ignored(repo, "conf", "conf/")
     write(repo / "conf/local.json", "{}\n")
     write(repo / "conf/other.txt", "ignored, not named\n")
-    wt = repo.parent / "wt"
-    git(repo, "worktree", "add", "-q", "-b", "task", str(wt), base)
+    wt = new_worktree(repo, base=base)
 
     result = copy_included(repo, wt)
 
