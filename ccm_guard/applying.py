@@ -278,7 +278,7 @@ def checked_out(host: git.Repo, ref: str) -> git.Repo | None:
 
 def _repo_of_checkout(host: git.Repo, path: Path) -> git.Repo:
     found = git.discover(path)
-    return git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    return found.repo()
 
 
 def require_clean(checkout: git.Repo, target: Target) -> None:

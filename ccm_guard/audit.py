@@ -55,7 +55,7 @@ def audit_target(target: str | None, base_ref: str | None, registry: Registry,
 
 def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, require_commit: bool) -> Verdict:
     """A worktree ccm-guard did not create: the checks that need no earlier snapshot."""
-    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    repo = found.repo()
     reason = configfile.unsafe_to_run(found.common_dir / "config", found.git_dir / "config.worktree")
     if reason:
         repo = repo.distrust(reason)

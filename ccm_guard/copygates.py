@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
-from .context import FAIL, WARN, Finding
+from .context import WARN, Finding
 from .copytree import STRATEGY, Change, Item, diff, file_changes, line_stats, manifest_hash, observe
 from .gates import GateResult
 from .git import FileStat
@@ -81,8 +81,7 @@ def _run_gate(name: str, run: CopyRun) -> GateResult:
         findings = COPY_GATES[name](run)
     except OSError as exc:  # a tree the agent left unreadable must still get a verdict
         findings = [Finding(name, f"could not judge: {exc.strerror or exc} ({exc.filename})")]
-    status = "fail" if any(f.severity == FAIL for f in findings) else "warn" if findings else "pass"
-    return GateResult(name, status, tuple(findings))
+    return GateResult.of(name, findings)
 
 
 def gate_processes(run: CopyRun) -> list[Finding]:

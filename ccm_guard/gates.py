@@ -445,6 +445,12 @@ class GateResult:
     findings: tuple[Finding, ...]
     note: str = ""
 
+    @classmethod
+    def of(cls, name: str, findings: list[Finding]) -> "GateResult":
+        """Fail on any failing finding, warn on any other, else pass."""
+        status = "fail" if any(f.severity == FAIL for f in findings) else "warn" if findings else "pass"
+        return cls(name, status, tuple(findings))
+
 
 def run_gates(ctx: Context, names: list[str]) -> list[GateResult]:
     results = []
@@ -456,6 +462,5 @@ def run_gates(ctx: Context, names: list[str]) -> list[GateResult]:
             continue
         except GitError as exc:  # a repository broken by the agent must still get a verdict
             findings = [Finding(name, f"git failed, so this gate could not judge: {exc.message}")]
-        status = "fail" if any(f.severity == FAIL for f in findings) else "warn" if findings else "pass"
-        results.append(GateResult(name, status, tuple(findings)))
+        results.append(GateResult.of(name, findings))
     return results

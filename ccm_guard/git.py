@@ -182,6 +182,9 @@ class Discovered:
     common_dir: Path
     toplevel: Path
 
+    def repo(self) -> "Repo":
+        return Repo(self.git_dir, self.common_dir, self.toplevel)
+
 
 def discover(path: Path) -> Discovered:
     """Find the repository that holds `path`; refuse what exec cannot use."""

@@ -86,7 +86,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     role = worktree.sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
-    main = git.Repo(plan.main.git_dir, plan.main.common_dir, plan.main.toplevel)
+    main = plan.main.repo()
     with ThreadPoolExecutor(max_workers=2) as pool:
         # While git checks out the task's files: read the person's checkout, and compile
         # the role's path rules for the pre-commit hook (pathspec's import is slow).

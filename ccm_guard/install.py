@@ -383,7 +383,7 @@ def install_worktree_here(worktree: Path, role: str | None) -> Report:
     """`ccm-guard install --worktree PATH`: guard a worktree someone made by hand, on the
     branch it has checked out, with the role's path rules as committed at its HEAD."""
     found = git.discover(worktree)
-    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    repo = found.repo()
     branch = git.symbolic_head(repo)
     if branch is None or not branch.startswith("refs/heads/"):
         raise RepoError(f"{found.toplevel} has no branch checked out: check one out (git switch -c NAME) first")

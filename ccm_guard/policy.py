@@ -288,7 +288,7 @@ def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple["
     from . import git
 
     found = git.discover(start)
-    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    repo = found.repo()
     commit = git.resolve_commit(repo, rev or "HEAD")
     return repo, load(repo, commit, override)
 
@@ -306,7 +306,7 @@ def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
 
     if rules is not None:
         found = git.discover(repo_root)
-        repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+        repo = found.repo()
         checked: Role | Rules = Rules.from_data(rules)
     else:
         repo, pol = for_checkout(repo_root, policy_rev, None)

@@ -81,7 +81,7 @@ class Plan:
 def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
     main = git.discover(start)
     host = host_repo(main.common_dir)
-    base = git.resolve_commit(git.Repo(main.git_dir, main.common_dir, main.toplevel), base_rev)
+    base = git.resolve_commit(main.repo(), base_rev)
     if base is None and not git.has_any_commit(host):
         raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")
     if base is None:

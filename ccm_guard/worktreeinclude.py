@@ -251,7 +251,7 @@ def copy_included(main_worktree: Path, new_worktree: Path, link_dirs: bool = Fal
     if patterns is None:
         return IncludeResult(None)
     result = IncludeResult(str(include))
-    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    repo = found.repo()
     cloner = Cloner()
     for path in _selected(repo, patterns):
         result.included += _include_one(cloner, found.toplevel, new_worktree, path, link_dirs, result)
@@ -381,7 +381,7 @@ def _copy_unignored_links(cloner: Cloner, top: Path, new: Path, linked: list[str
     path-policy gates would fail every run. Such a directory is copied instead, with a
     warning saying how to get it linked."""
     found = git.discover(new)
-    repo = git.Repo(found.git_dir, found.common_dir, found.toplevel)
+    repo = found.repo()
     names = [p.rstrip("/") for p in linked]
     ignored = {rule.path for rule in git.check_ignore(repo, names)}
     for path, rel in zip(linked, names):
