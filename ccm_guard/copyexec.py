@@ -168,16 +168,7 @@ def check_disk(source: Path, dest: Path) -> None:
         if stat.S_ISREG(st.st_mode):
             files += 1
             total += st.st_size
-    parent = dest
-    while not parent.exists():
-        parent = parent.parent
-    vfs = os.statvfs(parent)
-    free = vfs.f_bavail * vfs.f_frsize
-    # Each file costs at least a block; keep a margin, as the git strategy does.
-    need = total + files * vfs.f_frsize + 64 * 2**20 + total // 10
-    if free < need:
-        raise RepoError(f"not enough disk space to copy {source}: need about {need / 1e6:.1f} MB ({files} files), "
-                        f"{free / 1e6:.1f} MB free under {parent}; free some space or point CCM_GUARD_HOME elsewhere")
+    worktree.require_space(dest, files, total, f"to copy {source}")
 
 
 def _agent_env(opts: ExecOptions, task_id: str, copy: Path, private: Path, marker: str) -> dict[str, str]:

@@ -103,14 +103,19 @@ def check_disk(p: Plan) -> None:
     # The person's index is a close estimate of what the checkout writes, and cheap to read.
     estimate = indexfile.sizes(p.main.git_dir / "index", len(p.base) // 2)
     files, total = estimate or git.tree_size(host_repo(p.main.common_dir), p.base)
-    parent = _existing_parent(p.worktree)
+    require_space(p.worktree, files, total, "for the checkout")
+
+
+def require_space(dest: Path, files: int, total: int, what: str) -> None:
+    """Refuse, with the figures, when `files` files of `total` bytes will not fit under `dest`."""
+    parent = _existing_parent(dest)
     st = os.statvfs(parent)
     free = st.f_bavail * st.f_frsize
     # Each file costs at least a block; keep a margin for git's metadata and the agent.
     need = total + files * st.f_frsize + 64 * 2**20 + total // 10
     if free < need:
         raise RepoError(
-            f"not enough disk space for the checkout: need about {_mb(need)} ({files} files), "
+            f"not enough disk space {what}: need about {_mb(need)} ({files} files), "
             f"{_mb(free)} free under {parent}; free some space or point CCM_GUARD_HOME elsewhere"
         )
     if st.f_favail and st.f_favail < files * 2:
