@@ -151,7 +151,8 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
         data["cleanup"] = discard(registry, task_id)
     lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render(applied))]
     if cleanup:
-        lines.append(f"  removed the worktree and branch (archive: {data['cleanup']['archive']})")
+        gone = "the worktree went back to the warm pool" if data["cleanup"]["to_pool"] else "removed the worktree"
+        lines.append(f"  {gone}, and the branch (archive: {data['cleanup']['archive']})")
     lines += ["  next:", f"    review: git log -p {applied['old'][:12]}..{applied['new'][:12]}",
               f"    undo:   ccm-guard task rollback {task_id}"]
     if not cleanup:
@@ -172,6 +173,8 @@ def task_discard(task_id: str, as_json: bool) -> None:
     result = discard(Registry(), task_id)
     lines = [f"ccm-guard: discarded task {task_id}"]
     lines.append(f"  archive: {result['archive']}" if result["archive"] else "  no work to archive")
+    if result["to_pool"]:
+        lines.append("  the worktree went back to the warm pool (reset and cleaned after this command)")
     if result["restore"]:
         lines.append(f"  undo: {result['restore']}")
     _emit(result, as_json, lines)

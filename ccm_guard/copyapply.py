@@ -232,7 +232,7 @@ def discard_copy(registry: Registry, task: Task) -> dict[str, Any]:
     archived = str(archive) if archive else None
     registry.set_option(task.id, "archive", {"path": archived, "status": task.status})
     registry.move(task.id, final)
-    return {"task": task.id, "archive": archived, "removed": str(copy) if archive else None,
+    return {"task": task.id, "archive": archived, "removed": str(copy) if archive else None, "to_pool": False,
             "restore": f"ccm-guard task restore {task.id}" if archive else None}
 
 

@@ -24,7 +24,8 @@ process dies (a crash), the entry stays out, dirty, until the task is discarded.
 What "pristine" means, the tables and destroying: `pool_entries.py`. Filling, draining,
 status and reconciling after crashes (the `pool` command's side): `pool_admin.py`.
 
-Giving one back (a passed task, `--cleanup`) costs the person what a removal costs: the
+Giving one back (a passed task removed by `exec --cleanup`, `task apply --cleanup` or
+`task discard`) costs the person what a removal costs: the
 files are renamed back to the entry's home and the admin dir goes. Resetting them to a
 recent base and cleaning out leftovers runs in a detached process after ccm-guard has
 exited; the entry is `returning` until then. A task's index is the agent's to write: with

@@ -87,12 +87,16 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
     if present:
         with contextlib.suppress(GuardError, OSError):
             prevention.disarm(pins)
-        worktree.remove(host, pins, head)
+        # A pooled worktree whose task passed goes back to the pool (it checks that); the
+        # archive above already holds everything the reset there throws away.
+        returned = worktree.remove(host, pins, head, reuse=True)
     else:
+        returned = False
         _drop_branch(host, pins, head)
         _drop_admin_entry(pins)
     registry.move(task.id, "CLEANED_UP" if task.status == "APPLIED" else "DISCARDED")
     return {"task": task.id, "archive": archive, "head": head, "removed": str(pins.worktree) if present else None,
+            "to_pool": returned,
             "restore": f"ccm-guard task restore {task.id}" if archive else None}
 
 

@@ -170,6 +170,43 @@ def test_drain_destroys_ready_worktrees_and_exec_then_makes_fresh_ones(repo: Pat
     assert "pooled" not in json.loads(ccm("task", "show", "fresh", "--json", cwd=repo).stdout)["options"]
 
 
+def test_apply_cleanup_and_discard_give_a_passed_tasks_worktree_back(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "2")
+    homes = {e["path"] for e in ready(repo)}
+    for name in ("applied", "kept"):
+        result = run_exec(repo, write_agent(tmp_path, COMMIT, name=f"{name}.sh"), "--task", name)
+        assert result.code == 0, result.stderr
+    # Left in the kept task after its run: an edit and an ignored file. The archive keeps
+    # the edit; the pool must not hand either to the next task.
+    kept = Path(json.loads(ccm("task", "show", "kept", "--json", cwd=repo).stdout)["worktree"])
+    (kept / "README.md").write_text("edited after the run\n")
+    (kept / "after.log").write_text("ignored\n")
+    git(repo, "branch", "landing")
+    applied = ccm("task", "apply", "applied", "--into", "landing", "--cleanup", "--json", cwd=repo)
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["cleanup"]["to_pool"] is True
+    discarded = ccm("task", "discard", "kept", cwd=repo)
+    assert discarded.returncode == 0 and "went back to the warm pool" in discarded.stdout, discarded.stderr
+    archive = git(repo, "rev-parse", "refs/ccm-guard/archive/kept")
+    assert git(repo, "show", f"{archive}:README.md") == "edited after the run"
+    back = settled(repo)
+    assert {e["path"] for e in back} == homes and worktrees(repo).count("worktree ") == 1
+    for entry in back:
+        home = Path(entry["path"])
+        assert (home / "README.md").read_text() == "# project\n" and not (home / "after.log").exists()
+        assert (home / "src" / "app.py").read_text() == "print('hi')\n"
+
+
+def test_discarding_a_failed_task_destroys_its_pooled_worktree(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    (entry,) = ready(repo)
+    result = run_exec(repo, write_agent(tmp_path, "echo left > stray.txt"), "--task", "bad")
+    assert result.code == 1
+    discarded = ccm("task", "discard", "bad", "--json", cwd=repo)
+    assert discarded.returncode == 0 and json.loads(discarded.stdout)["to_pool"] is False
+    assert pool_of(repo)["entries"] == [] and not Path(entry["path"]).exists()
+
+
 # --- never leak one task's files into another -------------------------------------------------
 
 
