@@ -32,7 +32,7 @@ Exit codes:
 @click.option("--older-than", "older_than", default="7d", show_default=True, metavar="AGE",
               help="Finished tasks untouched this long are stale (s, m, h, d, w; 0: all finished tasks).")
 @click.option("--archive-days", type=click.FloatRange(min=0), default=30, show_default=True, metavar="N",
-              help="Delete refs/ccm-guard/archive/<task> of tasks discarded or cleaned up more than N days ago.")
+              help="Tasks discarded or cleaned up more than N days ago lose their archive, snapshot refs and logs.")
 @click.option("--repo", "repo", type=click.Path(file_okay=False, path_type=Path),
               help="Only this repository (default: every repository the registry knows).")
 @click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
@@ -50,7 +50,8 @@ def gc_cmd(dry_run: bool, older_than: str, archive_days: float, repo: Path | Non
       $CCM_GUARD_HOME/worktrees with no row, git admin entries whose directory is gone
       (git worktree prune), ccm/* branches no task uses;
     - worktree locks ("ccm-guard pid N task ID") whose process is gone;
-    - archives of discarded tasks older than --archive-days.
+    - tasks discarded more than --archive-days ago: their archive (refs/ccm-guard/archive/<task>,
+      or a copied directory's), snapshot refs and logs; the registry row stays, as history.
     Nothing is removed while no surviving ref keeps its work, and nothing that is running,
     locked by someone else, or whose git config would run code is touched. Ignored files
     (.env, build output) are not archived. A task row whose worktree vanished is repaired

@@ -26,7 +26,7 @@ from .errors import GuardError, StateError, UsageError
 from .gc_action import (GONE, TASK_BRANCHES, Action, Forecast, admin_steps, branch_refs, branch_step,
                         orphan_branch_of, running, task_steps, to_audit, worktree_steps)
 from .gc_run import execute
-from .keep import ARCHIVE_PREFIX
+from .keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from .linked import AdminEntry, admin_entries, entry_at, head_ref, identify, lock_owner, lock_reason, trusted
 from .registry import RUNNING, Registry, Task, home, pid_alive
 
@@ -70,7 +70,8 @@ def human_age(seconds: float) -> str:
 
 def plan(registry: Registry, opts: Options) -> list[Action]:
     """Everything gc would do, and what it leaves alone and why. Changes nothing."""
-    rows = [t for t in registry.list(live_only=False) if t.option("strategy") != "copy"]
+    every = registry.list(live_only=False)
+    rows = [t for t in every if t.option("strategy") != "copy"]
     only = opts.repo
     dirs = _unknown_dirs(rows, only)
     repos = [only] if only else sorted({Path(t.repo) for t in rows} | {c for c in dirs if c})
@@ -79,6 +80,8 @@ def plan(registry: Registry, opts: Options) -> list[Action]:
         actions += _plan_repo(common, [t for t in rows if Path(t.repo) == common], dirs.get(common, []), opts)
     for path in dirs.get(None, []):
         actions.append(_plan_foreign_dir(path))
+    copies = [t for t in every if t.option("strategy") == "copy" and (not only or Path(t.repo) == only)]
+    actions += [a for t in copies for a in [_plan_expiry(None, t, {}, opts)] if a]
     return actions
 
 
@@ -93,7 +96,7 @@ def _plan_repo(common: Path, rows: list[Task], dirs: list[Path], opts: Options) 
     actions, held = _plan_locks(common, entries, unmade)
     # Every task branch and archive in two git calls, not two per row (rows pile up for years).
     branches = git.refs_under(host, TASK_BRANCHES)
-    refs = {**branches, **git.refs_under(host, ARCHIVE_PREFIX)}
+    refs = {**branches, **git.refs_under(host, ARCHIVE_PREFIX), **git.refs_under(host, SNAPSHOT_PREFIX)}
     actions += [a for t in rows for a in [_plan_task(host, t, entries, held, refs, opts)] if a]
     tasked = {t.id for t in rows} & {a.task for a in actions if a.task}
     claimed = branch_refs(rows)
@@ -257,15 +260,24 @@ def _plan_prune(host: git.Repo, rows: list[Task], entries: list[AdminEntry], hel
     return [action]
 
 
-def _plan_expiry(host: git.Repo, t: Task, refs: dict[str, str], opts: Options) -> Action | None:
-    ref = ARCHIVE_PREFIX + t.id
+def _plan_expiry(host: git.Repo | None, t: Task, refs: dict[str, str], opts: Options) -> Action | None:
+    """A discarded task past retention: its archive (ref, or a copied directory's), its
+    snapshot refs and its logs go; the row stays, as history. `host` is None for a task
+    that ran in a copied directory (no git)."""
     age = opts.now - t.updated_at
     if t.status not in GONE or age < opts.archive_days * 86400:
         return None
+    ref = ARCHIVE_PREFIX + t.id
     commit = refs.get(ref)
-    if commit is None:
+    snapshots = {name: sha for name, sha in refs.items() if name.startswith(f"{SNAPSHOT_PREFIX}{t.id}/")}
+    copied = (t.option("archive") or {}).get("path") if host is None else None
+    paths = [p for p in (copied, t.log_dir) if p and os.path.isdir(p)]
+    if commit is None and not snapshots and not paths:
         return None
-    steps = [f"delete {ref}"] + (["mark CLEANED_UP (no longer restorable)"] if t.status == "DISCARDED" else [])
-    return Action("expired-archive", str(host.common_dir), ref,
+    steps = ([f"delete {ref}"] if commit else []) + [f"delete {name}" for name in sorted(snapshots)]
+    steps += [f"remove {path}" for path in paths]
+    if t.status == "DISCARDED":
+        steps.append("mark CLEANED_UP (no longer restorable)")
+    return Action("expired-archive", str(host.common_dir) if host else t.repo, ref if commit else t.id,
                   f"{t.status} for {human_age(age)}, past --archive-days {opts.archive_days:g}", True, steps,
-                  task=t.id, status=t.status, commit=commit)
+                  task=t.id, status=t.status, commit=commit, refs=snapshots, paths=paths)

@@ -34,6 +34,8 @@ class Action:
     task: str | None = None
     status: str | None = None  # the task's status when planned: execute refuses if it changed
     commit: str | None = None  # the ref's value when planned (deleted only if still there)
+    refs: dict[str, str] = dataclasses.field(default_factory=dict)  # more refs to delete: name -> value
+    paths: list[str] = dataclasses.field(default_factory=list)  # directories to remove (logs, a copy's archive)
     done: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
 

@@ -12,14 +12,14 @@ import contextlib
 import os
 from pathlib import Path
 
-from . import failpoints, git, worktree
+from . import failpoints, git, trash, worktree
 from .errors import GuardError, StateError
 from .gc_action import (TASK_BRANCHES, Action, branch_refs, final_status, live_entry, orphan_branch_of,
                         running, to_audit)
 from .keep import (ARCHIVE_PREFIX, Work, admin_work, delete_branch, keep, prune_entries, remove_admin_entry,
                    remove_unmade, remove_worktree, worktree_work)
 from .linked import admin_entries, entry_at, identify, lock_owner, same, trusted
-from .registry import RUNNING, Registry, Task, pid_alive
+from .registry import RUNNING, Registry, Task, home, pid_alive
 
 
 def execute(actions: list[Action], registry: Registry) -> None:
@@ -188,12 +188,22 @@ def _run_prune(action: Action, registry: Registry) -> None:
 
 
 def _run_expiry(action: Action, registry: Registry) -> None:
-    host = worktree.host_repo(Path(action.repo))
     t = registry.get(action.task or "")
-    if t.status != action.status or git.resolve_commit(host, action.subject) != action.commit:
+    host = worktree.host_repo(Path(action.repo)) if action.commit or action.refs else None
+    planned = {action.subject: action.commit, **action.refs} if action.commit else dict(action.refs)
+    if t.status != action.status or (host and any(git.resolve_commit(host, r) != v for r, v in planned.items())):
         raise StateError(f"{action.subject} or its task changed since gc looked: left as it is; run gc again")
-    git.delete_ref(host, action.subject, action.commit or "")
-    action.done.append(f"deleted {action.subject}")
+    # Only what ccm-guard made under its home: a row naming another place is not trusted.
+    outside = [p for p in action.paths if not Path(os.path.realpath(p)).is_relative_to(os.path.realpath(home()))]
+    if outside:
+        raise StateError(f"{outside[0]} is outside {home()}: nothing of task {t.id} was removed")
+    for ref, value in planned.items():
+        assert host is not None and value is not None
+        git.delete_ref(host, ref, value)
+        action.done.append(f"deleted {ref}")
+    for path in action.paths:
+        trash.discard(Path(path))
+        action.done.append(f"removed {path}")
     if t.status == "DISCARDED":
         registry.move(t.id, "CLEANED_UP")
         action.done.append("marked CLEANED_UP")

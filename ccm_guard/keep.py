@@ -20,9 +20,10 @@ from .errors import StateError
 from .linked import AdminEntry, admin_entries, same
 
 ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
+SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
 # A task's snapshot refs go when the task is discarded, and apply's push refs right after
 # the fetch: they keep nothing for good.
-NOT_KEEPERS = ("refs/ccm-guard/snapshots/", "refs/ccm-guard/push/")
+NOT_KEEPERS = (SNAPSHOT_PREFIX, "refs/ccm-guard/push/")
 EMPTY_TREES = ("4b825dc642cb6eb9a060e54bf8d69288fbee4904",
                "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321")
 

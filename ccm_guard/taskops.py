@@ -17,11 +17,9 @@ from typing import Any
 
 from . import applying, configfile, failpoints, git, prevention, worktree
 from .errors import ApplyRefused, GitError, GuardError, StateError, UntrustedRepoError, UsageError
+from .keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from .registry import Registry, Task
 from .snapshot import Pins
-
-ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
-SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
 
 
 def pins_of(task: Task) -> Pins:

@@ -439,11 +439,64 @@ def test_archive_past_retention_is_deleted_only_with_yes(repo: Path, tmp_path: P
     assert action["subject"] == "refs/ccm-guard/archive/old" and "past --archive-days 30" in action["reason"]
     assert _ref(repo, "refs/ccm-guard/archive/old")
     code, report = _gc(repo, "--yes")
+    logs = Registry().get("old").log_dir
     assert code == 0 and _only(report, "expired-archive")[0]["done"] == ["deleted refs/ccm-guard/archive/old",
-                                                                         "marked CLEANED_UP"]
+                                                                         f"removed {logs}", "marked CLEANED_UP"]
+    assert not os.path.exists(logs) and os.path.isdir(Registry().get("recent").log_dir)
     assert _ref(repo, "refs/ccm-guard/archive/old") is None and _status("old") == "CLEANED_UP"
     assert _ref(repo, "refs/ccm-guard/archive/recent") and _status("recent") == "DISCARDED"
     assert _only(_gc(repo, "--archive-days", "1")[1], "expired-archive")[0]["subject"].endswith("/recent")
+
+
+def test_an_expired_task_takes_its_snapshots_and_logs_along_and_its_row_stays(repo: Path, tmp_path: Path) -> None:
+    _exec(repo, tmp_path, "old", COMMIT)
+    assert ccm("task", "snapshot", "old", cwd=repo).returncode == 0
+    assert ccm("task", "discard", "old", cwd=repo).returncode == 0
+    snapshots = git(repo, "for-each-ref", "--format=%(refname)", "refs/ccm-guard/snapshots/old/").split()
+    logs = Path(Registry().get("old").log_dir)
+    assert snapshots and logs.is_dir()
+    _age("old", 31 * DAY)
+    code, report = _gc(repo)
+    [action] = _only(report, "expired-archive")
+    assert action["steps"] == ["delete refs/ccm-guard/archive/old", *(f"delete {r}" for r in sorted(snapshots)),
+                               f"remove {logs}", "mark CLEANED_UP (no longer restorable)"]
+    assert logs.is_dir() and _ref(repo, snapshots[0])  # a dry run changes nothing
+    code, report = _gc(repo, "--yes")
+    [action] = _only(report, "expired-archive")
+    assert code == 0 and action["error"] is None, action
+    assert git(repo, "for-each-ref", "refs/ccm-guard/") == "" and not logs.exists()
+    assert _status("old") == "CLEANED_UP" and _only(_gc(repo)[1], "expired-archive") == []
+
+
+def test_an_expired_copied_directory_archive_is_removed(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    agent = write_agent(tmp_path, "echo b >> a.txt\n")
+    result = run_exec(plain, agent, "--task", "copied")
+    assert result.code == 0, result.stderr
+    assert ccm("task", "discard", "copied", cwd=tmp_path).returncode == 0
+    archived = Path(Registry().get("copied").option("archive")["path"])
+    assert archived.is_dir()
+    _age("copied", 31 * DAY)
+    code, report = _gc(tmp_path, "--yes")
+    [action] = _only(report, "expired-archive")
+    assert code == 0 and action["error"] is None and f"removed {archived}" in action["done"], action
+    assert not archived.exists() and _status("copied") == "CLEANED_UP"
+    assert (plain / "a.txt").read_text() == "a\n"  # the original was never the copy's to touch
+
+
+def test_expiry_never_removes_a_directory_outside_the_state_home(repo: Path, tmp_path: Path) -> None:
+    _exec(repo, tmp_path, "old", COMMIT_AND_LEAVE, "--on-fail", "discard")
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine\n")
+    _set("old", log_dir=str(outside))  # a registry row rewritten to name another place
+    _age("old", 31 * DAY)
+    code, report = _gc(repo, "--yes")
+    [action] = _only(report, "expired-archive")
+    assert action["error"] and "outside" in action["error"] and (outside / "keep.txt").read_text() == "mine\n"
+    assert _ref(repo, "refs/ccm-guard/archive/old") and _status("old") == "DISCARDED"  # nothing done at all
 
 
 # --- the invariant ----------------------------------------------------------------------------------
