@@ -31,8 +31,10 @@ def pool() -> None:
     takes one when the repository has a pool (--no-pool makes a fresh one), checks that
     it is pristine (anything left in it, or its index changed, and it is destroyed
     instead), and makes it the task's worktree on its branch and base, writing only the
-    files that differ. A task that passes with --cleanup gives
-    its worktree back, reset and cleaned; a failed task's worktree never goes back.
+    files that differ. A taken worktree is replaced in the background (see `pool fill
+    --refill`); a passed task's worktree comes back when it is removed (exec --cleanup,
+    task apply --cleanup, task discard) and the pool is short, reset and cleaned; a failed
+    task's worktree never goes back.
     """
 
 
@@ -46,18 +48,22 @@ def _repo_option(fn: Any) -> Any:
               help="How many ready worktrees to keep (0 empties the pool but keeps it configured).")
 @click.option("--base", default="HEAD", show_default=True, metavar="REV",
               help="What the worktrees are checked out at; resolved again whenever one comes back.")
+@click.option("--refill/--no-refill", default=True, show_default=True,
+              help="Replace a worktree a task takes, in a background process (niced, a second after the take).")
 @_repo_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 @handled
-def pool_fill(size: int, base: str, repo: Path, as_json: bool) -> None:
-    """Make (or trim to) N ready worktrees for the repository.
+def pool_fill(size: int, base: str, refill: bool, repo: Path, as_json: bool) -> None:
+    """Make (or trim to) N ready worktrees for the repository, and keep N.
 
     Each costs one checkout, as `git worktree add` does: on a large repository run this
     ahead of time. Entries an interrupted ccm-guard left half-done are destroyed first.
+    Afterwards the pool keeps its size by itself: a passed task's worktree comes back
+    when the pool is short, and (--refill) a taken one is replaced in the background.
     """
     from . import git, pool_admin as pools
 
-    report = pools.fill(git.discover(repo.resolve()), size, base)
+    report = pools.fill(git.discover(repo.resolve()), size, base, refill=refill)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         return
@@ -85,7 +91,8 @@ def pool_status(repo: Path | None, as_json: bool) -> None:
     for item in found:
         click.echo(f"{item['repo']}: {item['ready']} ready of {item['size']}"
                    + (f", {item['dirty']} dirty" if item["dirty"] else "")
-                   + (f" (base {item['rev']})" if item["rev"] else ""))
+                   + (f" (base {item['rev']})" if item["rev"] else "")
+                   + ("" if item["refill"] else ", not refilled"))
         for e in item["entries"]:
             click.echo(f"  {e['id']:12} {e['state']:9} {e['path']}" + (f"  {e['note']}" if e["note"] else ""))
     if waiting:

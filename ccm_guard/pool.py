@@ -43,7 +43,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from . import failpoints, git, trash
+from . import failpoints, git, pool_admin, trash
 from .errors import GitError, StateError
 from .pool_entries import LIVE_STATES, Entry, RepoConfig, claim, config_of, destroy, drop, entries, identity
 from .pool_entries import open_registry, problem, set_fields
@@ -53,7 +53,7 @@ from .registry import Registry, home
 from .snapshot import Pins
 
 __all__ = ["Entry", "drain", "entries", "fill", "finish_returns", "forget", "give_back", "has_pool",
-           "open_registry", "problem", "reconcile", "status", "take"]
+           "open_registry", "problem", "reconcile", "refill", "status", "take"]
 
 # Everyday files a task's own git leaves in its admin dir; anything else (a sparse task's
 # settings, an operation in progress) and the worktree is not taken back.
@@ -85,7 +85,10 @@ def take(registry: Registry, repo: Path, task: str, branch: str, base: str, dest
         failpoints.point("pool-after-claim")
         try:
             if problem(entry) is None:
-                return _hand_over(registry, entry, branch, base, dest)
+                admin = _hand_over(registry, entry, branch, base, dest)
+                if admin is not None:
+                    _refill_soon(registry, repo)
+                return admin
         except GitError:
             # Unusable (its base pruned away, say): a fresh worktree may well work.
             _undo_hand_over(repo, branch, base, dest)
@@ -186,25 +189,40 @@ def give_back(pins: Pins, fallback_base: str, registry: Registry | None = None) 
 _returning: list[str] = []
 
 
-def _start_finisher() -> None:
-    """One detached process resets and cleans what this process gave back; the entries
-    name it as their worker from the start, so none of them looks interrupted."""
+def _detached(call: str, *args: str, orphan: bool = False) -> int | None:
+    """Run `pool.<call>(args)` in a process of its own session, which outlives this one.
+    Returns its pid, or None when it could not be started (or, `orphan`, is not ours to
+    know: it is started through a shell that exits at once, so that it is not among this
+    process's descendants, which the processes gate stops after a run)."""
     import subprocess
     import sys
 
-    ids, package_dir = list(_returning), str(Path(__file__).resolve().parent.parent)
-    _returning.clear()
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from ccm_guard import pool; pool.finish_returns(sys.argv[2:])"
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); from ccm_guard import pool; pool.{call}(sys.argv[2:])"
+    argv = [sys.executable, "-c", code, str(Path(__file__).resolve().parent.parent), *args]
     try:
-        child = subprocess.Popen([sys.executable, "-c", code, package_dir, *ids], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                 close_fds=True, cwd="/")
+        child = subprocess.Popen(["/bin/sh", "-c", '"$@" &', "sh", *argv] if orphan else argv,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True, close_fds=True, cwd="/")
+        if orphan:
+            child.wait()
+            return None
+        return child.pid
     except OSError:
+        return None
+
+
+def _start_finisher() -> None:
+    """One detached process resets and cleans what this process gave back; the entries
+    name it as their worker from the start, so none of them looks interrupted."""
+    ids = list(_returning)
+    _returning.clear()
+    pid = _detached("finish_returns", *ids)
+    if pid is None:
         return  # the entries stay `returning` under a dead pid: `pool fill` destroys them
     with contextlib.suppress(sqlite3.Error, StateError):
         registry = open_registry()
         for entry_id in ids:
-            registry.db.execute("UPDATE pool SET pid = ? WHERE id = ? AND state = 'returning'", (child.pid, entry_id))
+            registry.db.execute("UPDATE pool SET pid = ? WHERE id = ? AND state = 'returning'", (pid, entry_id))
 
 
 def finish_returns(ids: list[str], registry: Registry | None = None) -> None:
@@ -228,6 +246,38 @@ def finish_returns(ids: list[str], registry: Registry | None = None) -> None:
             destroy(registry, entry)
 
 
+def _refill_soon(registry: Registry, repo: Path) -> None:
+    """The pool keeps its size: a taken entry is replaced by a detached process, which
+    first lets the task's own start-up have the machine."""
+    config = config_of(registry, repo)
+    if config is not None and config.refill:
+        _detached("refill", str(repo), orphan=True)
+
+
+REFILL_DELAY = 1.0  # seconds: the agent starts first
+
+
+def refill(args: list[str], registry: Registry | None = None, delay: float = REFILL_DELAY) -> None:
+    """Make as many entries as the pool lacks, at a recent base (one refiller per
+    repository at a time; one that waited finds nothing left to do)."""
+    import time
+
+    from .worktree import admin_lock
+
+    time.sleep(delay)
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    repo = Path(args[0])
+    registry = open_registry(registry)
+    with admin_lock(repo, "pool-refill"):
+        config = config_of(registry, repo)
+        base = _recent_base(config) if config else None
+        if config is None or base is None:
+            return
+        with contextlib.suppress(GitError, OSError, StateError):
+            pool_admin.make(registry, config, base, _missing(registry, config))
+
+
 def _returnable(entry: Entry, pins: Pins, registry: Registry) -> bool:
     try:
         if registry.get(entry.task or "").status not in ("COMMITTED", "APPLIED"):
@@ -238,9 +288,14 @@ def _returnable(entry: Entry, pins: Pins, registry: Registry) -> bool:
 
 
 def _wants_one(registry: Registry, config: RepoConfig) -> bool:
+    return _missing(registry, config) > 0
+
+
+def _missing(registry: Registry, config: RepoConfig) -> int:
+    """How many entries the pool lacks: ready ones and ones on their way to ready count."""
     counted = [e for e in entries(registry, Path(config.repo), ("ready", *LIVE_STATES))
                if e.state == "ready" or (e.state != "taking" and not e.interrupted)]
-    return len(counted) < config.size
+    return max(0, config.size - len(counted))
 
 
 def _recent_base(config: RepoConfig) -> str | None:

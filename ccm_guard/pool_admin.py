@@ -39,9 +39,11 @@ class FillReport:
         return dataclasses.asdict(self)
 
 
-def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = None) -> FillReport:
+def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = None,
+         refill: bool = True) -> FillReport:
     """Keep `size` ready entries for the repository, checked out at `rev` (resolved now,
-    and again whenever a worktree comes back)."""
+    and again whenever a worktree comes back); with `refill`, a taken entry is replaced
+    in the background."""
     from .worktree import repo_key
 
     registry = open_registry(registry)
@@ -49,8 +51,10 @@ def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = 
     base = git.resolve_commit(git.Repo(main.git_dir, repo, main.toplevel), rev)
     if base is None:
         raise RepoError(f"--base {rev!r} does not name a commit in {main.toplevel}: check `git log`")
-    config = RepoConfig(str(repo), size, rev, repo_key(main), str(main.git_dir), str(main.toplevel))
-    registry.db.execute("INSERT OR REPLACE INTO pool_repos VALUES (?, ?, ?, ?, ?, ?)", dataclasses.astuple(config))
+    config = RepoConfig(str(repo), size, rev, repo_key(main), str(main.git_dir), str(main.toplevel), int(refill))
+    names = [f.name for f in dataclasses.fields(RepoConfig)]
+    registry.db.execute(f"INSERT OR REPLACE INTO pool_repos ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                        dataclasses.astuple(config))
     destroyed = reconcile(registry, repo)
     ready = entries(registry, repo, ("ready",))
     for _ in range(len(ready) - size):
@@ -58,9 +62,15 @@ def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = 
         if extra is not None:
             destroy(registry, extra)
             destroyed.append(extra.id)
+    made = make(registry, config, base, size - len(ready))
+    return FillReport(str(repo), size, base, [e.id for e in made], destroyed, len(entries(registry, repo, ("ready",))))
+
+
+def make(registry: Registry, config: RepoConfig, base: str, count: int) -> list[Entry]:
+    """`count` new ready entries at `base`; on any failure none of them is left half-made."""
     made: list[Entry] = []
     try:
-        for _ in range(size - len(ready)):
+        for _ in range(count):
             made.append(_make(registry, config, base))
         _settle(registry, made)
     except BaseException:
@@ -68,7 +78,7 @@ def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = 
             if entry.state == "filling":
                 destroy(registry, entry)
         raise
-    return FillReport(str(repo), size, base, [e.id for e in made], destroyed, len(entries(registry, repo, ("ready",))))
+    return made
 
 
 def _make(registry: Registry, config: RepoConfig, base: str) -> Entry:
@@ -161,6 +171,7 @@ def status(registry: Registry | None = None, repo: Path | None = None) -> list[d
         config = configs.get(name)
         listed = [describe(registry, e) for e in entries(registry, Path(name))]
         found.append({"repo": name, "size": config.size if config else 0, "rev": config.rev if config else None,
+                      "refill": bool(config.refill) if config else False,
                       "ready": sum(1 for e in listed if e["state"] == "ready"),
                       "dirty": sum(1 for e in listed if e["dirty"]), "entries": listed})
     return found

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS pool_repos (
     rev TEXT NOT NULL,             -- "a recent base": resolved when an entry is made or comes back
     key TEXT NOT NULL,             -- the repository's directory name under pool/
     main_git_dir TEXT NOT NULL,    -- where `rev` is resolved (HEAD is the person's checkout's)
-    main_worktree TEXT NOT NULL
+    main_worktree TEXT NOT NULL,
+    refill INTEGER NOT NULL DEFAULT 1  -- make a new entry in the background when one is taken
 );
 """
 
@@ -83,6 +84,7 @@ class RepoConfig:
     key: str
     main_git_dir: str
     main_worktree: str
+    refill: int = 1
 
 # --- the tables ------------------------------------------------------------------------------
 
@@ -90,6 +92,9 @@ class RepoConfig:
 def open_registry(registry: Registry | None = None) -> Registry:
     registry = registry or Registry()
     registry.db.executescript(SCHEMA)
+    columns = {row[1] for row in registry.db.execute("PRAGMA table_info(pool_repos)")}
+    if "refill" not in columns:  # made by an older ccm-guard
+        registry.db.execute("ALTER TABLE pool_repos ADD COLUMN refill INTEGER NOT NULL DEFAULT 1")
     return registry
 
 

@@ -33,6 +33,8 @@ def repo(tmp_path: Path) -> Path:
 
 
 def pool_cmd(repo: Path, *args: str) -> dict[str, Any]:
+    if args[:1] == ("fill",) and "--refill" not in args:
+        args = (*args, "--no-refill")  # takes and returns are judged without a refiller racing them
     proc = ccm("pool", *args, "--json", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
@@ -205,6 +207,30 @@ def test_discarding_a_failed_task_destroys_its_pooled_worktree(repo: Path, tmp_p
     discarded = ccm("task", "discard", "bad", "--json", cwd=repo)
     assert discarded.returncode == 0 and json.loads(discarded.stdout)["to_pool"] is False
     assert pool_of(repo)["entries"] == [] and not Path(entry["path"]).exists()
+
+
+def test_a_taken_worktree_is_replaced_in_the_background_and_the_pool_stays_at_its_size(
+        repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1", "--refill")
+    (first,) = ready(repo)
+    assert pool_of(repo)["refill"] is True
+    result = run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one")
+    assert result.code == 0, result.stderr + json.dumps(result.verdict["gates"])
+    deadline = time.monotonic() + 60
+    while not ready(repo):
+        assert time.monotonic() < deadline, f"the pool was never refilled: {pool_of(repo)}"
+        time.sleep(0.1)
+    (second,) = ready(repo)
+    assert second["id"] != first["id"] and second["base"] == git(repo, "rev-parse", "HEAD")
+    home = Path(second["path"])
+    assert (home / "src" / "app.py").read_text() == "print('hi')\n" and not (home / ".git").exists()
+    # The pool is full again: the task's worktree is removed, not returned.
+    discarded = ccm("task", "discard", "one", "--json", cwd=repo)
+    assert discarded.returncode == 0 and json.loads(discarded.stdout)["to_pool"] is False, discarded.stderr
+    assert [e["id"] for e in settled(repo)] == [second["id"]] and len(pool_of(repo)["entries"]) == 1
+    # The next task takes the new one, pristine.
+    check = write_agent(tmp_path, "test -z \"$(git status --porcelain --ignored)\"\n" + COMMIT, name="check.sh")
+    assert run_exec(repo, check, "--task", "two").code == 0
 
 
 # --- never leak one task's files into another -------------------------------------------------
