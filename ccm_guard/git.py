@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import GitError, NotARepository, RepoError, UntrustedRepoError
 
@@ -427,10 +427,31 @@ def index_paths(repo: Repo) -> list[str]:
     return run(["ls-files", "-z", "--cached"], repo).z()
 
 
+# What a range of two commit ids holds never changes: one process asks once (a run's
+# gates, verdict and snapshots all want the same range).
+_RANGES: dict[tuple[str, str, str, str], list[Any]] = {}
+
+
+def _range_once(repo: Repo, kind: str, base: str, head: str, compute: Callable[[], list[Any]]) -> list[Any]:
+    if not (_is_oid(base) and _is_oid(head)):
+        return compute()
+    key = (str(repo.common_dir), kind, base, head)
+    if key not in _RANGES:
+        _RANGES[key] = compute()
+    return list(_RANGES[key])
+
+
+def _is_oid(text: str) -> bool:
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
+
+
 def commits(repo: Repo, base: str, head: str) -> list[tuple[str, str]]:
     """(sha, subject) of each commit in base..head, oldest first."""
-    out = run(["log", "--reverse", "--no-decorate", "-z", "--format=%H %s", f"{base}..{head}", "--"], repo).z()
-    return [(record[:record.index(" ")], record[record.index(" ") + 1:]) for record in out]
+    def compute() -> list[Any]:
+        out = run(["log", "--reverse", "--no-decorate", "-z", "--format=%H %s", f"{base}..{head}", "--"], repo).z()
+        return [(record[:record.index(" ")], record[record.index(" ") + 1:]) for record in out]
+
+    return _range_once(repo, "commits", base, head, compute)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -441,17 +462,16 @@ class FileStat:
 
 
 def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
-    out = run(
-        ["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],
-        repo,
-    ).z()
-    stats = []
-    for record in out:
-        added, deleted, path = record.split("\t", 2)
-        stats.append(
-            FileStat(path, None if added == "-" else int(added), None if deleted == "-" else int(deleted))
-        )
-    return stats
+    def compute() -> list[Any]:
+        out = run(["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],
+                  repo).z()
+        stats = []
+        for record in out:
+            added, deleted, path = record.split("\t", 2)
+            stats.append(FileStat(path, None if added == "-" else int(added), None if deleted == "-" else int(deleted)))
+        return stats
+
+    return _range_once(repo, "numstat", base, head, compute)
 
 
 @dataclasses.dataclass(frozen=True)
