@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import secrets
@@ -29,7 +28,7 @@ from .copygates import BRANCH, CopyVerdict, judge_copy
 from .copytree import STRATEGY, Item, copy_directory, manifest_hash, read_manifest, walk, write_manifest
 from .errors import GuardError, RepoError, UsageError
 from .guard import Checks, ExecOptions
-from .registry import Registry, Task, home
+from .registry import Registry, Task, home, key_hash
 from .report import Verdict
 
 # The strategy's entry points, and what its callers and tests reach through this module.
@@ -93,7 +92,7 @@ def plan_copy(opts: ExecOptions) -> CopyPlan:
         raise RepoError(f"{source} holds ccm-guard's state directory {state}, so it cannot be copied into it: "
                         "run in a subdirectory, or point CCM_GUARD_HOME elsewhere")
     task_id = worktree.sanitise_task_id(opts.task) if opts.task else worktree.new_task_id()
-    key = f"{source.name or 'root'}-{hashlib.sha256(str(source).encode()).hexdigest()[:10]}"
+    key = f"{source.name or 'root'}-{key_hash(source)}"
     copy, logs = state / "copies" / key / task_id, state / "logs" / key / task_id
     for path in (copy, logs):
         if os.path.lexists(path):

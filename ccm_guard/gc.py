@@ -28,7 +28,7 @@ from .gc_action import (GONE, TASK_BRANCHES, Action, Forecast, admin_steps, bran
 from .gc_run import execute
 from .keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from .linked import AdminEntry, admin_entries, entry_at, head_ref, identify, lock_owner, lock_reason, trusted
-from .registry import RUNNING, Registry, Task, home, pid_alive
+from .registry import RUNNING, Registry, Task, home, key_hash, pid_alive
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
 
@@ -176,7 +176,7 @@ def _task_kind(t: Task, wt: Path, age: float, opts: Options) -> tuple[str, str] 
 def _unknown_dirs(rows: list[Task], only: Path | None) -> dict[Path | None, list[Path]]:
     """Directories under $CCM_GUARD_HOME/worktrees that no task row names, by repository."""
     known = {os.path.realpath(t.worktree) for t in rows}
-    suffix = "-" + worktree.key_hash(only) if only else None
+    suffix = "-" + key_hash(only) if only else None
     found: dict[Path | None, list[Path]] = {}
     for path in sorted((home() / "worktrees").glob("*/*")):
         if os.path.realpath(path) in known or (suffix and not path.parent.name.endswith(suffix)):

@@ -624,6 +624,14 @@ def file_at(repo: Repo, rev: str, path: str) -> bytes | None:
     return blobs(repo, [oid]).get(oid) if oid else None
 
 
+def config_file_set(path: Path, key: str, value: str | None) -> None:
+    """Set `key` in the config file `path`, or (None) remove every value of it."""
+    if value is None:
+        run(["config", "--file", str(path), "--unset-all", key], check=False)  # absent already: fine
+    else:
+        run(["config", "--file", str(path), key, value])
+
+
 def config_entries(path: Path) -> list[tuple[str, str]]:
     """The key/value pairs of one config file, as git itself parses them; includes not followed.
 
@@ -831,6 +839,42 @@ def trees_of(repo: Repo, revs: Sequence[str]) -> list[str]:
 def clean_with_index(repo: Repo, index: Path) -> None:
     """`clean_all` for a work tree whose index is the file `index`."""
     run(["clean", "-ffdxq"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
+
+
+# A private index over a work tree (recovery commits on the agent's behalf with one, so the
+# agent's staging plays no part). Unlike the pool's, it keeps the task's own sparse settings.
+
+
+def index_from(repo: Repo, index: Path, rev: str) -> None:
+    """Make the index file `index` hold exactly `rev`'s tree (its stat cache kept, if any)."""
+    run(["read-tree", "--reset", rev], repo, env={"GIT_INDEX_FILE": str(index)})
+
+
+def changed_with_index(repo: Repo, index: Path) -> list[str]:
+    """Paths whose work-tree state differs from HEAD in the index file `index`, plus
+    untracked files that are not ignored."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    # Refresh first: diff-index reports every entry whose stat data is stale as changed.
+    run(["update-index", "-q", "--refresh", "--ignore-submodules"], repo, env=env, check=False)
+    tracked = run(["diff-index", "-z", "--name-only", "--no-renames", "HEAD", "--"], repo, env=env).z()
+    untracked = run(["ls-files", "-z", "--others", "--exclude-standard", "--"], repo, env=env).z()
+    # A nested repository is listed as "dir/"; update-index wants the path without it.
+    return sorted(set(tracked) | {p.rstrip("/") for p in untracked})
+
+
+def stage_with_index(repo: Repo, index: Path, paths: Sequence[str]) -> str:
+    """Record the work tree's state of `paths` in the index file `index`; its tree id.
+    update-index takes the paths literally from stdin (no pathspec magic, no argv limit),
+    --add for new files, --remove for deleted ones."""
+    env = {"GIT_INDEX_FILE": str(index)}
+    data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+    run(["update-index", "--add", "--remove", "-z", "--stdin"], repo, env=env, input=data)
+    return run(["write-tree"], repo, env=env).out.strip()
+
+
+def reset_index(repo: Repo, rev: str) -> None:
+    """The work tree's own index to `rev`, its files untouched (`git reset --mixed`)."""
+    run(["read-tree", "--reset", rev], repo)
 
 
 def numstat_trees(old: Path, new: Path) -> dict[str, tuple[int | None, int | None]]:

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import git
-from .errors import RepoError, UsageError
-from .registry import home
+from .errors import NotARepository, RepoError, UsageError
+from .registry import home, key_hash
 from .resources import data_file
 
 GUARD_HOOKS = ("pre-commit", "commit-msg", "pre-push", "reference-transaction")
@@ -183,18 +183,18 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-# --- small git and config queries (to move into git.py) --------------------------------
+# --- config files ---------------------------------------------------------------------------
 
 
 def worktree_dirs(worktree: Path) -> tuple[Path, Path]:
     """(admin dir, common dir) of a linked worktree, asked before any agent ran in it."""
     if not worktree.is_dir():
         raise RepoError(f"{worktree} is not a directory: create the task worktree first")
-    res = git.run(["rev-parse", "--absolute-git-dir", "--git-common-dir"], cwd=worktree, check=False)
-    if res.returncode != 0:
-        raise RepoError(f"{worktree} is not in a git worktree: create the task worktree first")
-    admin, common = res.out.splitlines()
-    return Path(os.path.realpath(admin)), Path(os.path.realpath(Path(worktree, common)))
+    try:
+        found = git.discover(worktree)
+    except NotARepository:
+        raise RepoError(f"{worktree} is not in a git worktree: create the task worktree first") from None
+    return found.git_dir, found.common_dir
 
 
 def config_get(path: Path, key: str) -> str | None:
@@ -204,18 +204,11 @@ def config_get(path: Path, key: str) -> str | None:
     return values[-1] if values else None
 
 
-def config_set(path: Path, key: str, value: str | None) -> None:
-    if value is None:
-        git.run(["config", "--file", str(path), "--unset-all", key], check=False)
-    else:
-        git.run(["config", "--file", str(path), key, value])
-
-
 def config_edit(path: Path, key: str, value: str | None) -> dict[str, Any]:
     """Change one key and return what undoing it byte for byte needs."""
     before = path.read_bytes() if path.exists() else None
     mode = path.stat().st_mode & 0o7777 if before is not None else 0o644
-    config_set(path, key, value)
+    git.config_file_set(path, key, value)
     return {"path": str(path), "key": key, "value": value, "mode": mode, "after": _sha(path),
             "before": None if before is None else base64.b64encode(before).decode()}
 
@@ -233,7 +226,7 @@ def config_undo(edit: dict[str, Any], value: str | None, report: Report) -> None
     if config_get(path, edit["key"]) != edit["value"]:
         report.notes.append(f"{path}: {edit['key']} was changed since install: left as it is")
         return
-    config_set(path, edit["key"], value)
+    git.config_file_set(path, edit["key"], value)
     report.config.append(f"{path}: {edit['key']} {'unset' if value is None else 'set to ' + value}")
     report.notes.append(f"{path} changed since install: only {edit['key']} was put back")
 
@@ -268,7 +261,7 @@ def hooks_path_setting(files: Iterable[Path]) -> tuple[str, Path] | None:
 
 def state_dir(common: Path) -> Path:
     name = common.parent.name if common.name == ".git" else common.name
-    return home() / "hooks" / f"{name}-{hashlib.sha256(str(common).encode()).hexdigest()[:10]}"
+    return home() / "hooks" / f"{name}-{key_hash(common)}"
 
 
 def worktree_hooks_dir(common: Path, admin: Path) -> Path:
@@ -444,7 +437,7 @@ def uninstall_worktree(worktree: Path, *, restore_shared: bool = True) -> Report
     if "edit" in record:
         config_undo(record["edit"], record.get("previous"), report)
     elif config_get(config_worktree, "core.hooksPath") == str(hooks):
-        config_set(config_worktree, "core.hooksPath", None)
+        git.config_file_set(config_worktree, "core.hooksPath", None)
         report.config.append(f"{config_worktree}: core.hooksPath unset (no install record)")
     if hooks.exists():
         report.removed += sorted(hooks.iterdir())

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import configfile, git
 from .errors import UntrustedRepoError
 from .registry import Task
-from .worktree import key_hash
+from .registry import key_hash
 
 _LOCK_REASON = re.compile(r"ccm-guard pid (\d+) task (\S+)")
 

@@ -60,16 +60,14 @@ def recover(repo: git.Repo, allowed: Callable[[str], bool], message: str | None,
         raise RepoError(f"HEAD of {repo.work_tree} is not a commit: recovery needs the task's base commit")
     removed = _clear_stale_lock(repo)
     with tempfile.TemporaryDirectory(prefix="ccm-guard-recovery-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **identity}
-        _seed_index(repo, Path(tmp, "index"), head, env)
-        changed = _changed_paths(repo, env)
-        verdicts = {p: allowed(p) for p in changed}
+        index = Path(tmp, "index")
+        _seed_index(repo, index, head)
+        verdicts = {p: allowed(p) for p in git.changed_with_index(repo, index)}
         take = [p for p, ok in verdicts.items() if ok]
         refused = tuple(p for p, ok in verdicts.items() if not ok)
         if not take:
             return RecoveryResult(None, (), refused, "", removed)
-        _stage(repo, take, env)
-        tree = git.run(["write-tree"], repo, env=env).out.strip()
+        tree = git.stage_with_index(repo, index, take)
     if tree == git.tree_of(repo, head):
         return RecoveryResult(None, (), refused, "", removed)  # e.g. only a dirty submodule's insides
     text = with_trailer(message)
@@ -100,7 +98,7 @@ def _clear_stale_lock(repo: git.Repo) -> Path | None:
     return lock
 
 
-def _seed_index(repo: git.Repo, index: Path, head: str, env: Mapping[str, str]) -> None:
+def _seed_index(repo: git.Repo, index: Path, head: str) -> None:
     # Start from the task's index for its stat cache (so unchanged files are not hashed
     # again), then make its content exactly HEAD: what the agent staged does not count,
     # only what is in the work tree does.
@@ -109,33 +107,16 @@ def _seed_index(repo: git.Repo, index: Path, head: str, env: Mapping[str, str]) 
     except OSError:
         pass  # no index, or unreadable: read-tree builds one from HEAD
     try:
-        git.run(["read-tree", "--reset", head], repo, env=env)
+        git.index_from(repo, index, head)
     except GitError:
         index.unlink(missing_ok=True)  # a corrupt copy: start from nothing
-        git.run(["read-tree", head], repo, env=env)
-
-
-def _changed_paths(repo: git.Repo, env: Mapping[str, str]) -> list[str]:
-    """Paths whose work-tree state differs from HEAD, plus untracked, not ignored, files."""
-    # Refresh first: diff-index reports every entry whose stat data is stale as changed.
-    git.run(["update-index", "-q", "--refresh", "--ignore-submodules"], repo, env=env, check=False)
-    tracked = git.run(["diff-index", "-z", "--name-only", "--no-renames", "HEAD", "--"], repo, env=env).z()
-    untracked = git.run(["ls-files", "-z", "--others", "--exclude-standard", "--"], repo, env=env).z()
-    # A nested repository is listed as "dir/"; update-index wants the path without it.
-    return sorted(set(tracked) | {p.rstrip("/") for p in untracked})
-
-
-def _stage(repo: git.Repo, paths: list[str], env: Mapping[str, str]) -> None:
-    # update-index takes paths literally from stdin (no pathspec magic, no argv limit);
-    # --add for new files, --remove for deleted ones.
-    data = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
-    git.run(["update-index", "--add", "--remove", "-z", "--stdin"], repo, env=env, input=data)
+        git.index_from(repo, index, head)
 
 
 def _reset_index(repo: git.Repo, commit: str) -> str | None:
     """Make the task's index match the new commit; refused changes stay unstaged."""
     try:
-        git.run(["read-tree", "--reset", commit], repo)
+        git.reset_index(repo, commit)
     except GitError as exc:
         return f"committed, but the worktree's index was not updated: {exc.message}"
     return None

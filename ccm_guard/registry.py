@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import sqlite3
@@ -111,6 +112,12 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # somebody else's process: alive
     return True
+
+
+def key_hash(path: Path, size: int = 10) -> str:
+    """The digest of a repository's common dir (or a copied directory's source) that
+    names its places under the state home: worktrees and hooks (size 10), locks (16)."""
+    return hashlib.sha256(str(path).encode()).hexdigest()[:size]
 
 
 def home() -> Path:

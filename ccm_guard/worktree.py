@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from typing import Iterator
 from . import failpoints, git, indexfile, trash
 from .errors import GitError, RepoError, UsageError
 from .policy import Role
-from .registry import Registry, Task, home
+from .registry import Registry, Task, home, key_hash
 from .snapshot import Pins
 
 IDENTITY = {
@@ -53,12 +52,6 @@ def sanitise_task_id(raw: str) -> str:
 
 def repo_key(main: git.Discovered) -> str:
     return f"{main.toplevel.name}-{key_hash(main.common_dir)}"
-
-
-def key_hash(common_dir: Path, size: int = 10) -> str:
-    """The digest of a common dir that names its repository: the end of `repo_key`
-    (size 10), or its lock files under the state home (size 16)."""
-    return hashlib.sha256(str(common_dir).encode()).hexdigest()[:size]
 
 
 def host_repo(common_dir: Path) -> git.Repo:
