@@ -110,8 +110,9 @@ def run_options(fn: F) -> F:
 @click.option("--link-dirs", is_flag=True,
               help="Directories .worktreeinclude names (node_modules/, ...) are symlinked into the worktree "
               "instead of copied; the agent can then write into your checkout's copy.")
-@click.option("--snapshot-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
-              help="Keep a snapshot ref (refs/ccm-guard/snapshots/<task>/<n>) at every Nth commit; 0: none.")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Keep a snapshot ref (refs/ccm-guard/snapshots/<task>/<n>) at every Nth commit; 0: none "
+              "(default: the role's snapshot_every, 10 unless the policy says otherwise).")
 @click.option("--pool/--no-pool", "use_pool", default=None,
               help="Take the worktree from the warm pool (`ccm-guard pool fill`), else make a fresh one "
               "(default: when the repository has a pool).")
@@ -126,7 +127,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
              keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
              agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
-             snapshot_every: int = 10, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = ()) -> None:
+             snapshot_every: int | None = None, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = ()) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b

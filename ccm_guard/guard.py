@@ -43,7 +43,7 @@ class ExecOptions:
     no_network: bool = False
     agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
     apply: bool = False  # on pass, apply the task into the branch the person has checked out
-    snapshot_every: int = 10  # a snapshot ref at every Nth commit of the run (0: none)
+    snapshot_every: int | None = None  # a snapshot ref at every Nth commit (0: none); None: the role's
     link_dirs: bool = False  # .worktreeinclude: symlink matched directories instead of copying them
     pool: bool | None = None  # take the worktree from the warm pool: None, when the repository has one
     sparse: tuple[str, ...] = ()  # cone-mode sparse checkout of these directories (never pooled)
@@ -163,6 +163,8 @@ def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins,
     verdict.refusals = prevention.refusals(armed.refusal_log)
     verdict.question = read_question(pins.worktree)
     verdict.notes = list(notes or [])
+    if opts.snapshot_every is None:
+        opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)
     try:
         dispose(verdict, opts, task, pins, host, registry)
     except StateError as exc:  # the verdict still reaches the person (a full disk, seen for real)
@@ -344,7 +346,7 @@ def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: g
         from .taskops import auto_snapshots
 
         with contextlib.suppress(GitError):
-            auto_snapshots(host, task, verdict.head, opts.snapshot_every)
+            auto_snapshots(host, task, verdict.head, opts.snapshot_every or 0)
     if passed and opts.apply and verdict.head and verdict.head != task.base:
         _apply_on_pass(verdict, task, registry)
         passed = verdict.exit_code == 0

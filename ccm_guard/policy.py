@@ -51,6 +51,7 @@ class Role:
     git_allow: tuple[str, ...] = ()  # git shim operation classes this role may use anyway
     limits: Limits = Limits()
     output: str | None = None  # where a read-only role writes its verdict (outside the worktree)
+    snapshot_every: int = 10  # exec keeps a snapshot ref at every Nth commit of a run (0: none)
     sources: tuple[tuple[str, str], ...] = ()  # (key, where its value came from)
 
     def source_of(self, key: str) -> str:
@@ -65,10 +66,11 @@ BUILTIN: dict[str, dict[str, Any]] = {
 }
 DEFAULT_ROLE = "implementor"
 
-_ROLE_KEYS: dict[str, type | tuple[type, ...]] = {
+_ROLE_KEYS: dict[str, type] = {
     "extends": str, "allow": list, "forbid": list, "must_commit": bool, "read_only": bool,
-    "git_allow": list, "limits": dict, "output": str,
+    "git_allow": list, "limits": dict, "output": str, "snapshot_every": int,
 }
+_KIND = {str: "a string", list: "a list", bool: "true or false", dict: "a table", int: "a whole number"}
 _LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
 _ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
@@ -172,12 +174,14 @@ def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
         if key not in _ROLE_KEYS:
             _bad(source, where, key, f"unknown key (expected one of {', '.join(_ROLE_KEYS)})")
         if not isinstance(value, _ROLE_KEYS[key]):
-            _bad(source, where, key, f"must be a {_ROLE_KEYS[key].__name__}")  # type: ignore[union-attr]
+            _bad(source, where, key, f"must be {_KIND[_ROLE_KEYS[key]]}")
         if key in ("allow", "forbid"):
             for pattern in value:
                 if not isinstance(pattern, str) or not pattern.strip():
                     _bad(source, where, key, f"patterns must be non-empty strings, not {pattern!r}")
                 _check_pattern(source, where, key, pattern)
+        if key == "snapshot_every" and (isinstance(value, bool) or value < 0):
+            _bad(source, where, key, "must be a whole number, 0 or more (0: no automatic snapshots)")
         if key == "git_allow":
             unknown = [c for c in value if c not in GIT_CLASSES]
             if unknown:
@@ -235,6 +239,7 @@ def _make_role(name: str, raw: dict[str, dict[str, Any]], origin: dict[str, dict
         git_allow=tuple(spec.get("git_allow", ())),
         limits=Limits(**spec.get("limits", {})),
         output=spec.get("output"),
+        snapshot_every=int(spec.get("snapshot_every", 10)),
         sources=tuple(sorted(origin.get(name, {}).items())),
     )
 
@@ -319,7 +324,7 @@ def describe(role: Role) -> dict[str, object]:
     values: dict[str, object] = {
         "allow": list(role.allow) if role.allow is not None else "(everything not forbidden)",
         "forbid": list(role.forbid), "must_commit": role.must_commit, "read_only": role.read_only,
-        "git_allow": list(role.git_allow), "output": role.output,
+        "git_allow": list(role.git_allow), "output": role.output, "snapshot_every": role.snapshot_every,
     }
     for f in dataclasses.fields(Limits):
         values[f"limits.{f.name}"] = getattr(role.limits, f.name)

@@ -220,6 +220,19 @@ def test_auto_snapshot_every_n_commits(repo: Path, tmp_path: Path) -> None:
     assert git(repo, "rev-parse", snaps[0]) == commits[1] and git(repo, "rev-parse", snaps[1]) == commits[3]
 
 
+def test_the_roles_snapshot_every_applies_unless_exec_says_otherwise(repo: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "snap.toml"
+    policy.write_text('[roles.implementor]\nsnapshot_every = 3\n')
+    body = "".join(f'echo {i} > f{i}.txt\nrgit add f{i}.txt\nrgit commit -q -m c{i}\n' for i in range(6))
+    v = _task(repo, tmp_path, "t1", body, "--policy", str(policy))
+    assert v["code"] == 0
+    commits = git(repo, "rev-list", "--reverse", f"{v['base']}..{v['head']}").split()
+    snaps = git(repo, "for-each-ref", "--format=%(objectname)", "refs/ccm-guard/snapshots/t1/").split()
+    assert snaps == [commits[2], commits[5]]
+    v = _task(repo, tmp_path, "t2", body.replace("f", "g"), "--policy", str(policy), "--snapshot-every", "0")
+    assert v["code"] == 0 and git(repo, "for-each-ref", "refs/ccm-guard/snapshots/t2/") == ""
+
+
 def test_question_blocks_the_run_and_resume_continues_in_the_same_worktree(repo: Path, tmp_path: Path) -> None:
     ask = 'echo half > half.txt\nprintf \'{"question": "Which database?"}\' > question.json\n'
     v = _task(repo, tmp_path, "t1", ask)

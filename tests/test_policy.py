@@ -78,11 +78,13 @@ def test_pyproject_tool_table_and_policy_show(repo: Path) -> None:
 
 @pytest.mark.parametrize("content, where", [
     ('[roles.x]\nallwo = ["a"]\n', ":2: roles.x.allwo: unknown key"),
-    ('[roles.x]\nmust_commit = "yes"\n', ":2: roles.x.must_commit: must be a bool"),
+    ('[roles.x]\nmust_commit = "yes"\n', ":2: roles.x.must_commit: must be true or false"),
     ('[roles.x]\nforbid = ["a/**/**/[", ""]\n', ":2: roles.x.forbid: patterns must be non-empty"),
     ('[roles.x]\nextends = "nobody"\n', ":2: roles.x.extends: unknown role 'nobody'"),
     ('[roles.x.limits]\nmax_filez = 1\n', ":2: roles.x.limits.max_filez: unknown limit"),
     ('[roles.x.limits]\nmax_files = -1\n', ":2: roles.x.limits.max_files: must be a whole number"),
+    ('[roles.x]\nsnapshot_every = -2\n', ":2: roles.x.snapshot_every: must be a whole number, 0 or more"),
+    ('[roles.x]\nsnapshot_every = "often"\n', ":2: roles.x.snapshot_every: must be a whole number"),
     ('[roles.x]\ngit_allow = ["teleport"]\n', ":2: roles.x.git_allow: unknown git operation class 'teleport'"),
     ('default_role = "ghost"\n', ":1: default_role: default_role 'ghost' is not a role"),
     ('[roles.x\nallow = 1\n', ":1: not valid TOML"),
