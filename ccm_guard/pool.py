@@ -257,17 +257,21 @@ def _refill_soon(registry: Registry, repo: Path) -> None:
 REFILL_DELAY = 1.0  # seconds: the agent starts first
 
 
-def refill(args: list[str], registry: Registry | None = None, delay: float = REFILL_DELAY) -> None:
-    """Make as many entries as the pool lacks, at a recent base (one refiller per
-    repository at a time; one that waited finds nothing left to do)."""
+def refill(args: list[str]) -> None:
+    """The detached refiller: `refill_now`, niced, after the agent has had its start."""
     import time
 
-    from .worktree import admin_lock
-
-    time.sleep(delay)
+    time.sleep(REFILL_DELAY)
     with contextlib.suppress(OSError):
         os.nice(10)
-    repo = Path(args[0])
+    refill_now(Path(args[0]))
+
+
+def refill_now(repo: Path, registry: Registry | None = None) -> None:
+    """Make as many entries as the pool lacks, at a recent base (one refiller per
+    repository at a time; one that waited finds nothing left to do)."""
+    from .worktree import admin_lock
+
     registry = open_registry(registry)
     with admin_lock(repo, "pool-refill"):
         config = config_of(registry, repo)
@@ -275,7 +279,11 @@ def refill(args: list[str], registry: Registry | None = None, delay: float = REF
         if config is None or base is None:
             return
         with contextlib.suppress(GitError, OSError, StateError):
-            pool_admin.make(registry, config, base, _missing(registry, config))
+            made = pool_admin.make(registry, config, base, _missing(registry, config))
+            if config_of(registry, repo) is None:  # drained meanwhile: keep nothing a task has not taken
+                for entry in [claim(registry, repo, None, e.id) for e in made]:
+                    if entry is not None:
+                        destroy(registry, entry)
 
 
 def _returnable(entry: Entry, pins: Pins, registry: Registry) -> bool:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import git
+from . import failpoints, git
 from .errors import RepoError, StateError
 from .pool_entries import LIVE_STATES, Entry, RepoConfig, claim, destroy, drop, entries, identity, insert
 from .pool_entries import open_registry, problem, set_fields
@@ -72,6 +72,7 @@ def make(registry: Registry, config: RepoConfig, base: str, count: int) -> list[
     try:
         for _ in range(count):
             made.append(_make(registry, config, base))
+        failpoints.point("pool-before-settle")
         _settle(registry, made)
     except BaseException:
         for entry in made:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,26 @@ def test_a_taken_worktree_is_replaced_in_the_background_and_the_pool_stays_at_it
     # The next task takes the new one, pristine.
     check = write_agent(tmp_path, "test -z \"$(git status --porcelain --ignored)\"\n" + COMMIT, name="check.sh")
     assert run_exec(repo, check, "--task", "two").code == 0
+
+
+def test_a_pool_drained_while_a_refiller_works_keeps_nothing(repo: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one").code == 0  # the pool is short by one
+    go = tmp_path / "go"
+    monkeypatch.setenv("CCM_GUARD_FAILPOINT", f"pool-before-settle:wait={go}")
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    worker = threading.Thread(target=pool.refill_now, args=(common,))
+    worker.start()
+    wait_for(Path(f"{go}.reached"))
+    (filling,) = [e for e in pool_of(repo)["entries"] if e["state"] == "filling"]
+    monkeypatch.delenv("CCM_GUARD_FAILPOINT")
+    drained = pool_cmd(repo, "drain")  # the refiller is alive: its entry is left to it
+    assert filling["id"] not in drained["destroyed"]
+    go.touch()
+    worker.join(60)
+    assert not worker.is_alive()
+    assert all(e["state"] == "out" for e in pool_of(repo)["entries"]) and not Path(filling["path"]).exists()
 
 
 # --- never leak one task's files into another -------------------------------------------------
