@@ -158,3 +158,35 @@ echo work > work.txt; git add work.txt; git commit -q -m work""")
     assert [r["op"] for r in refusals(res)] == ["path-policy"]  # the hooks, baked with that path, ran and refused
     for where in (tmp_path, repo, Path(res.verdict["worktree"]), Path.cwd()):
         assert not list(where.glob("pwned*"))
+
+
+PLANT_IN_POOL = """{commit}
+for entry in "$HOME_DIR"/pool/*/p-*; do
+  [ -d "$entry" ] || continue
+  if echo 'print("planted")' > "$entry/src_planted.py" 2>/dev/null; then echo PLANTED >&2; else echo DENIED >&2; fi
+  echo 'evil' >> "$entry/README.md" 2>/dev/null || true
+done"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_files_planted_in_the_warm_pool_never_reach_the_next_task(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    """While it runs, the agent writes into the ready worktrees the next task will be given."""
+    home = Path(os.environ["CCM_GUARD_HOME"])
+    assert ccm("pool", "fill", "-n", "2", "--no-refill", cwd=repo).returncode == 0
+    agent = write_agent(tmp_path, PLANT_IN_POOL.format(commit=COMMIT).replace("$HOME_DIR", str(home)))
+    res = run_exec(repo, agent, "--sandbox", sandbox, "--task", "planter")
+    assert res.code == 0, res.stderr
+    (entry,) = [e for e in json.loads(ccm("pool", "status", "--json", cwd=repo).stdout)["pools"][0]["entries"]
+                if e["state"] == "ready"]
+    planted = Path(entry["path"], "src_planted.py")
+    if sandbox == "landlock":
+        assert "DENIED" in res.stderr and "PLANTED" not in res.stderr and not planted.exists()
+    else:
+        assert "PLANTED" in res.stderr and planted.exists()
+    check = write_agent(tmp_path, "test ! -e src_planted.py && ! grep -q evil README.md\n" + COMMIT, name="check.sh")
+    nxt = run_exec(repo, check, "--task", "next")
+    assert nxt.code == 0, nxt.stderr + json.dumps(nxt.verdict["gates"])
+    if sandbox == "none":  # the planted entry was destroyed, never cleaned and handed out
+        assert not Path(entry["path"]).exists()
+        shown = json.loads(ccm("task", "show", "next", "--json", cwd=repo).stdout)
+        assert "pooled" not in shown["options"]
