@@ -620,8 +620,29 @@ def tree_paths(repo: Repo, rev: str) -> list[str]:
 
 def file_at(repo: Repo, rev: str, path: str) -> bytes | None:
     """A file's content at a commit, or None if it has none there."""
-    oid = blob_at(repo, rev, path)
-    return blobs(repo, [oid]).get(oid) if oid else None
+    return files_at(repo, rev, [path])[path]
+
+
+def files_at(repo: Repo, rev: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """Files' contents at a commit (None: no such file there), in one `cat-file --batch`
+    of REV:PATH names."""
+    if any("\n" in p for p in paths):  # the batch reads names by line
+        return {p: (blobs(repo, [oid]).get(oid) if (oid := blob_at(repo, rev, p)) else None) for p in paths}
+    names = "".join(f"{rev}:{p}\n" for p in paths).encode("utf-8", "surrogateescape")
+    out = run(["cat-file", "--batch"], repo, input=names).stdout
+    found: dict[str, bytes | None] = {}
+    pos = 0
+    for path in paths:
+        header_end = out.index(b"\n", pos)
+        header = out[pos:header_end].decode("utf-8", "surrogateescape")
+        pos = header_end + 1
+        if header.endswith((" missing", " ambiguous")):
+            found[path] = None
+            continue
+        _, kind, size = header.rsplit(" ", 2)
+        found[path] = out[pos:pos + int(size)] if kind == "blob" else None
+        pos += int(size) + 1
+    return found
 
 
 def config_file_set(path: Path, key: str, value: str | None) -> None:

@@ -279,8 +279,9 @@ def load(repo: git.Repo | None, rev: str | None, override: Path | None) -> Polic
         sources.append(read_file(user))
     if repo is not None and rev is not None:
         # pyproject first, so that a dedicated .ccm-guard.toml has the last word.
-        for path, table in (("pyproject.toml", ("tool", "ccm-guard")), (POLICY_FILE, ())):
-            data = git.file_at(repo, rev, path)
+        found = git.files_at(repo, rev, [POLICY_TABLE_FILE, POLICY_FILE])
+        for path, table in ((POLICY_TABLE_FILE, ("tool", "ccm-guard")), (POLICY_FILE, ())):
+            data = found[path]
             if data is not None:
                 sources.append(Source(f"{rev[:12]}:{path}", data.decode("utf-8", "replace"), table))
     if override is not None:
