@@ -48,12 +48,13 @@ def _repo_option(fn: Any) -> Any:
               help="How many ready worktrees to keep (0 empties the pool but keeps it configured).")
 @click.option("--base", default="HEAD", show_default=True, metavar="REV",
               help="What the worktrees are checked out at; resolved again whenever one comes back.")
-@click.option("--refill/--no-refill", default=True, show_default=True,
-              help="Replace a worktree a task takes, in a background process (niced, a second after the take).")
+@click.option("--refill/--no-refill", default=None,
+              help="Replace a worktree a task takes, in a background process (niced, a second after the take, "
+              "only with room to spare on the disk). Default: as set before; on for a new pool.")
 @_repo_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 @handled
-def pool_fill(size: int, base: str, refill: bool, repo: Path, as_json: bool) -> None:
+def pool_fill(size: int, base: str, refill: bool | None, repo: Path, as_json: bool) -> None:
     """Make (or trim to) N ready worktrees for the repository, and keep N.
 
     Each costs one checkout, as `git worktree add` does: on a large repository run this

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from . import failpoints, git, trash, worktree
@@ -187,16 +188,30 @@ def _run_prune(action: Action, registry: Registry) -> None:
     action.done.append("pruned " + (", ".join(Path(p).name for p in pruned) or "nothing (already gone)"))
 
 
+def _made_for(task_id: str, path: Path) -> bool:
+    """`path` is the task's logs (home/logs/<repo>/<task>) or its copied directory's
+    archive (home/archive/copies/<repo>/<task>[-<when>])."""
+    if os.path.islink(path):
+        return False
+    real = Path(os.path.realpath(path))
+    logs, copies = (Path(os.path.realpath(home() / sub)) for sub in ("logs", "archive/copies"))
+    if real.parent.parent == logs:
+        return real.name == task_id
+    # copyapply names a second archive of the same task <task>-<date>-<time>-<4 hex>.
+    return real.parent.parent == copies and re.fullmatch(re.escape(task_id) + r"(-\d{8}-\d{6}-[0-9a-f]{4})?",
+                                                          real.name) is not None
+
+
 def _run_expiry(action: Action, registry: Registry) -> None:
     t = registry.get(action.task or "")
     host = worktree.host_repo(Path(action.repo)) if action.commit or action.refs else None
     planned = {action.subject: action.commit, **action.refs} if action.commit else dict(action.refs)
     if t.status != action.status or (host and any(git.resolve_commit(host, r) != v for r, v in planned.items())):
         raise StateError(f"{action.subject} or its task changed since gc looked: left as it is; run gc again")
-    # Only what ccm-guard made under its home: a row naming another place is not trusted.
-    outside = [p for p in action.paths if not Path(os.path.realpath(p)).is_relative_to(os.path.realpath(home()))]
-    if outside:
-        raise StateError(f"{outside[0]} is outside {home()}: nothing of task {t.id} was removed")
+    # Only the places ccm-guard makes for this task: a row naming another place is not trusted.
+    foreign = [p for p in action.paths if not _made_for(t.id, Path(p))]
+    if foreign:
+        raise StateError(f"{foreign[0]} is not a place ccm-guard made for task {t.id}: nothing of it was removed")
     for ref, value in planned.items():
         assert host is not None and value is not None
         git.delete_ref(host, ref, value)

@@ -44,8 +44,8 @@ import sqlite3
 from pathlib import Path
 
 from . import failpoints, git, pool_admin, trash
-from .errors import GitError, StateError
-from .pool_entries import LIVE_STATES, Entry, RepoConfig, claim, config_of, destroy, drop, entries, identity
+from .errors import GitError, GuardError, StateError
+from .pool_entries import Entry, RepoConfig, claim, config_of, destroy, drop, entries, identity
 from .pool_entries import open_registry, problem, set_fields
 # The `pool` command's side, for callers that know it as pool.* (`gc` reconciles).
 from .pool_admin import drain, fill, reconcile, status
@@ -241,7 +241,10 @@ def finish_returns(ids: list[str], registry: Registry | None = None) -> None:
             why = problem(entry)
             if why is not None:
                 raise GitError(f"not pristine after reset and clean: {why}")
-            set_fields(registry, entry, state="ready", task=None, pid=None)
+            with pool_admin.sizing(Path(entry.repo)):
+                set_fields(registry, entry, state="ready", task=None, pid=None)
+                if config is not None:
+                    pool_admin.trim(registry, config)  # a refill may have made up for it meanwhile
         except (GitError, OSError):
             destroy(registry, entry)
 
@@ -268,22 +271,33 @@ def refill(args: list[str]) -> None:
 
 
 def refill_now(repo: Path, registry: Registry | None = None) -> None:
-    """Make as many entries as the pool lacks, at a recent base (one refiller per
-    repository at a time; one that waited finds nothing left to do)."""
-    from .worktree import admin_lock
-
+    """Make as many entries as the pool lacks, at a recent base, if the disk has room to
+    spare beside the running task (one refiller per repository at a time)."""
     registry = open_registry(registry)
-    with admin_lock(repo, "pool-refill"):
+    with pool_admin.sizing(repo):
         config = config_of(registry, repo)
         base = _recent_base(config) if config else None
         if config is None or base is None:
             return
-        with contextlib.suppress(GitError, OSError, StateError):
-            made = pool_admin.make(registry, config, base, _missing(registry, config))
-            if config_of(registry, repo) is None:  # drained meanwhile: keep nothing a task has not taken
-                for entry in [claim(registry, repo, None, e.id) for e in made]:
-                    if entry is not None:
-                        destroy(registry, entry)
+        count = pool_admin.missing(registry, config)
+        # A detached process: nobody to tell, and the next take tries again.
+        with contextlib.suppress(GuardError, OSError, sqlite3.Error):
+            if count:
+                _require_room(config, base, count)
+                pool_admin.make(registry, config, base, count)
+            pool_admin.trim(registry, config)  # a worktree given back meanwhile
+
+
+def _require_room(config: RepoConfig, base: str, count: int) -> None:
+    """Room for `count` more checkouts of `base` and a reserve for the task that runs
+    meanwhile (the larger of 512 MB and 5% of the file system); else RepoError."""
+    from .worktree import host_repo, require_space
+
+    files, total = git.tree_size(host_repo(Path(config.repo)), base)
+    home_dir = pool_admin.pool_home(config)
+    st = os.statvfs(next(p for p in (home_dir, *home_dir.parents) if p.exists()))
+    reserve = max(512 * 2**20, st.f_blocks * st.f_frsize // 20)
+    require_space(home_dir, files * count, total * count + reserve, "to refill the pool")
 
 
 def _returnable(entry: Entry, pins: Pins, registry: Registry) -> bool:
@@ -296,14 +310,7 @@ def _returnable(entry: Entry, pins: Pins, registry: Registry) -> bool:
 
 
 def _wants_one(registry: Registry, config: RepoConfig) -> bool:
-    return _missing(registry, config) > 0
-
-
-def _missing(registry: Registry, config: RepoConfig) -> int:
-    """How many entries the pool lacks: ready ones and ones on their way to ready count."""
-    counted = [e for e in entries(registry, Path(config.repo), ("ready", *LIVE_STATES))
-               if e.state == "ready" or (e.state != "taking" and not e.interrupted)]
-    return max(0, config.size - len(counted))
+    return pool_admin.missing(registry, config) > 0
 
 
 def _recent_base(config: RepoConfig) -> str | None:

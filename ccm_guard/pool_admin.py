@@ -4,16 +4,18 @@ interrupted processes left half-done. Taking and giving back entries: `pool.py`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import failpoints, git
 from .errors import RepoError, StateError
-from .pool_entries import LIVE_STATES, Entry, RepoConfig, claim, destroy, drop, entries, identity, insert
+from .pool_entries import LIVE_STATES, Entry, RepoConfig, claim, config_from, config_of, destroy, drop, entries
+from .pool_entries import identity, insert
 from .pool_entries import open_registry, problem, set_fields
 from .registry import Registry, home
 
@@ -40,10 +42,10 @@ class FillReport:
 
 
 def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = None,
-         refill: bool = True) -> FillReport:
+         refill: bool | None = None) -> FillReport:
     """Keep `size` ready entries for the repository, checked out at `rev` (resolved now,
-    and again whenever a worktree comes back); with `refill`, a taken entry is replaced
-    in the background."""
+    and again whenever a worktree comes back); with `refill` (None: as before, else on),
+    a taken entry is replaced in the background."""
     from .worktree import repo_key
 
     registry = open_registry(registry)
@@ -51,19 +53,50 @@ def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = 
     base = git.resolve_commit(git.Repo(main.git_dir, repo, main.toplevel), rev)
     if base is None:
         raise RepoError(f"--base {rev!r} does not name a commit in {main.toplevel}: check `git log`")
-    config = RepoConfig(str(repo), size, rev, repo_key(main), str(main.git_dir), str(main.toplevel), int(refill))
-    names = [f.name for f in dataclasses.fields(RepoConfig)]
-    registry.db.execute(f"INSERT OR REPLACE INTO pool_repos ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                        dataclasses.astuple(config))
-    destroyed = reconcile(registry, repo)
-    ready = entries(registry, repo, ("ready",))
-    for _ in range(len(ready) - size):
-        extra = claim(registry, repo, None)
-        if extra is not None:
-            destroy(registry, extra)
-            destroyed.append(extra.id)
-    made = make(registry, config, base, size - len(ready))
+    with sizing(repo):
+        if refill is None:
+            before = config_of(registry, repo)
+            refill = bool(before.refill) if before else True
+        config = RepoConfig(str(repo), size, rev, repo_key(main), str(main.git_dir), str(main.toplevel), int(refill))
+        names = [f.name for f in dataclasses.fields(RepoConfig)]
+        registry.db.execute(f"INSERT OR REPLACE INTO pool_repos ({', '.join(names)}) "
+                            f"VALUES ({', '.join('?' * len(names))})", dataclasses.astuple(config))
+        destroyed = reconcile(registry, repo) + trim(registry, config)
+        made = make(registry, config, base, missing(registry, config))
     return FillReport(str(repo), size, base, [e.id for e in made], destroyed, len(entries(registry, repo, ("ready",))))
+
+
+@contextlib.contextmanager
+def sizing(repo: Path) -> Iterator[None]:
+    """One process at a time changes how many entries a repository's pool has (fill,
+    drain, the background refiller, a returned worktree made ready): each counts what
+    the one before it left."""
+    from .worktree import admin_lock
+
+    with admin_lock(repo, "pool-size"):
+        yield
+
+
+def counted(registry: Registry, config: RepoConfig) -> list[Entry]:
+    """Entries that are, or are on their way to being, ready (a take in progress is not)."""
+    return [e for e in entries(registry, Path(config.repo), ("ready", *LIVE_STATES))
+            if e.state == "ready" or (e.state != "taking" and not e.interrupted)]
+
+
+def missing(registry: Registry, config: RepoConfig) -> int:
+    return max(0, config.size - len(counted(registry, config)))
+
+
+def trim(registry: Registry, config: RepoConfig) -> list[str]:
+    """Destroy ready entries beyond the pool's size; their ids."""
+    destroyed = []
+    for _ in range(len(counted(registry, config)) - config.size):
+        extra = claim(registry, Path(config.repo), None)
+        if extra is None:
+            break
+        destroy(registry, extra)
+        destroyed.append(extra.id)
+    return destroyed
 
 
 def make(registry: Registry, config: RepoConfig, base: str, count: int) -> list[Entry]:
@@ -151,13 +184,15 @@ class DrainReport:
 
 
 def drain(repo: Path, registry: Registry | None = None) -> DrainReport:
-    """Destroy every ready entry of the repository and stop keeping any."""
+    """Destroy every ready entry of the repository and stop keeping any (after a refill
+    that is under way, which is waited for)."""
     registry = open_registry(registry)
-    registry.db.execute("DELETE FROM pool_repos WHERE repo = ?", (str(repo),))
-    destroyed = reconcile(registry, repo)
-    while (entry := claim(registry, repo, None)) is not None:
-        destroy(registry, entry)
-        destroyed.append(entry.id)
+    with sizing(repo):
+        registry.db.execute("DELETE FROM pool_repos WHERE repo = ?", (str(repo),))
+        destroyed = reconcile(registry, repo)
+        while (entry := claim(registry, repo, None)) is not None:
+            destroy(registry, entry)
+            destroyed.append(entry.id)
     out = [e.id for e in entries(registry, repo, ("out", *LIVE_STATES))]
     return DrainReport(str(repo), destroyed, out)
 
@@ -165,7 +200,7 @@ def drain(repo: Path, registry: Registry | None = None) -> DrainReport:
 def status(registry: Registry | None = None, repo: Path | None = None) -> list[dict[str, Any]]:
     """Per repository: how many entries it keeps, and each with what it is doing."""
     registry = open_registry(registry)
-    configs = {r["repo"]: RepoConfig(**dict(r)) for r in registry.db.execute("SELECT * FROM pool_repos")}
+    configs = {r["repo"]: config_from(r) for r in registry.db.execute("SELECT * FROM pool_repos")}
     names = sorted({*configs, *(e.repo for e in entries(registry))})
     found = []
     for name in [n for n in names if repo is None or n == str(repo)]:

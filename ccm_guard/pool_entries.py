@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sqlite3
 import stat
 import time
 from pathlib import Path
@@ -94,13 +95,22 @@ def open_registry(registry: Registry | None = None) -> Registry:
     registry.db.executescript(SCHEMA)
     columns = {row[1] for row in registry.db.execute("PRAGMA table_info(pool_repos)")}
     if "refill" not in columns:  # made by an older ccm-guard
-        registry.db.execute("ALTER TABLE pool_repos ADD COLUMN refill INTEGER NOT NULL DEFAULT 1")
+        try:
+            registry.db.execute("ALTER TABLE pool_repos ADD COLUMN refill INTEGER NOT NULL DEFAULT 1")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):
+                raise  # another process added it first: fine
     return registry
 
 
 def config_of(registry: Registry, repo: Path) -> RepoConfig | None:
     row = registry.db.execute("SELECT * FROM pool_repos WHERE repo = ?", (str(repo),)).fetchone()
-    return RepoConfig(**dict(row)) if row else None
+    return config_from(row) if row else None
+
+
+def config_from(row: sqlite3.Row) -> RepoConfig:
+    # Only the columns this version knows: a later one's additions are not our business.
+    return RepoConfig(**{f.name: row[f.name] for f in dataclasses.fields(RepoConfig) if f.name in row.keys()})
 
 
 def entries(registry: Registry, repo: Path | None = None, states: tuple[str, ...] = ()) -> list[Entry]:

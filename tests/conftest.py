@@ -11,12 +11,13 @@ Helpers (plain functions, import them from conftest):
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -162,3 +163,15 @@ def alive(pid: int, running: str = "") -> bool:
     except OSError:
         return False
     return state != "Z" and running in cmdline
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("a small tmpfs needs root and mount here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)

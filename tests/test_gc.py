@@ -486,16 +486,21 @@ def test_an_expired_copied_directory_archive_is_removed(tmp_path: Path) -> None:
     assert (plain / "a.txt").read_text() == "a\n"  # the original was never the copy's to touch
 
 
-def test_expiry_never_removes_a_directory_outside_the_state_home(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["outside", "live worktrees", "another task's logs"])
+def test_expiry_removes_only_the_places_made_for_the_task(repo: Path, tmp_path: Path, where: str) -> None:
     _exec(repo, tmp_path, "old", COMMIT_AND_LEAVE, "--on-fail", "discard")
-    outside = tmp_path / "precious"
-    outside.mkdir()
-    (outside / "keep.txt").write_text("mine\n")
-    _set("old", log_dir=str(outside))  # a registry row rewritten to name another place
+    live = _exec(repo, tmp_path, "live", COMMIT_AND_LEAVE)  # kept, with uncommitted work
+    state = Path(os.environ["CCM_GUARD_HOME"])
+    target = {"outside": tmp_path / "precious", "live worktrees": state / "worktrees",
+              "another task's logs": Path(live["log_dir"])}[where]
+    target.mkdir(exist_ok=True)
+    (target / "keep.txt").write_text("mine\n")
+    _set("old", log_dir=str(target))  # a registry row rewritten to name another place
     _age("old", 31 * DAY)
     code, report = _gc(repo, "--yes")
     [action] = _only(report, "expired-archive")
-    assert action["error"] and "outside" in action["error"] and (outside / "keep.txt").read_text() == "mine\n"
+    assert action["error"] and "not a place ccm-guard made for task old" in action["error"]
+    assert (target / "keep.txt").read_text() == "mine\n" and Path(live["worktree"], "notes.txt").exists()
     assert _ref(repo, "refs/ccm-guard/archive/old") and _status("old") == "DISCARDED"  # nothing done at all
 
 

@@ -10,6 +10,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ccm, git, make_repo, run_exec, spawn_exec, write_agent
+from conftest import ccm, git, make_repo, run_exec, small_tmpfs, spawn_exec, write_agent
 
 from ccm_guard import pool
 from ccm_guard.registry import Registry
@@ -234,24 +236,80 @@ def test_a_taken_worktree_is_replaced_in_the_background_and_the_pool_stays_at_it
     assert run_exec(repo, check, "--task", "two").code == 0
 
 
-def test_a_pool_drained_while_a_refiller_works_keeps_nothing(repo: Path, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    pool_cmd(repo, "fill", "-n", "1")
-    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one").code == 0  # the pool is short by one
+def _refiller_held(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Thread, Path]:
+    """A refiller stopped with its new entry checked out, not yet ready; touch the path to go on."""
     go = tmp_path / "go"
     monkeypatch.setenv("CCM_GUARD_FAILPOINT", f"pool-before-settle:wait={go}")
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     worker = threading.Thread(target=pool.refill_now, args=(common,))
     worker.start()
     wait_for(Path(f"{go}.reached"))
-    (filling,) = [e for e in pool_of(repo)["entries"] if e["state"] == "filling"]
     monkeypatch.delenv("CCM_GUARD_FAILPOINT")
-    drained = pool_cmd(repo, "drain")  # the refiller is alive: its entry is left to it
-    assert filling["id"] not in drained["destroyed"]
+    return worker, go
+
+
+@pytest.mark.parametrize("then", [["drain"], ["fill", "-n", "1"], ["fill", "-n", "0"]])
+def test_fill_and_drain_wait_for_a_refiller_and_count_what_it_made(repo: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  then: list[str]) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one").code == 0  # the pool is short by one
+    worker, go = _refiller_held(repo, tmp_path, monkeypatch)
+    (filling,) = [e for e in pool_of(repo)["entries"] if e["state"] == "filling"]
+    person = subprocess.Popen([sys.executable, "-m", "ccm_guard", "pool", *then, "--no-refill", "--json"]
+                              if then[0] == "fill" else [sys.executable, "-m", "ccm_guard", "pool", *then, "--json"],
+                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    assert person.poll() is None, "fill/drain did not wait for the refiller"
     go.touch()
     worker.join(60)
-    assert not worker.is_alive()
-    assert all(e["state"] == "out" for e in pool_of(repo)["entries"]) and not Path(filling["path"]).exists()
+    out, err = person.communicate(timeout=60)
+    assert person.returncode == 0, err
+    entries = [e for e in pool_of(repo)["entries"] if e["state"] != "out"]
+    wanted = 1 if then == ["fill", "-n", "1"] else 0
+    assert len(entries) == wanted and all(e["state"] == "ready" for e in entries)
+    if wanted == 0:
+        assert not Path(filling["path"]).exists()
+    else:
+        assert json.loads(out)["made"] == [] and entries[0]["id"] == filling["id"]
+
+
+def test_the_refiller_leaves_the_running_task_its_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state home with room for another checkout but not for the reserve a running task
+    keeps (512 MB here): the refiller makes nothing, and says nothing."""
+    with small_tmpfs(tmp_path / "small", "300m") as small:
+        repo = make_repo(small / "repo", FILES)
+        monkeypatch.setenv("CCM_GUARD_HOME", str(small / "state"))
+        pool_cmd(repo, "fill", "-n", "1")
+        assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one").code == 0
+        pool.refill_now(Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")))
+        assert [e["state"] for e in pool_of(repo)["entries"]] == ["out"]
+
+
+def test_resizing_keeps_the_stored_refill_setting(repo: Path) -> None:
+    assert pool_cmd(repo, "fill", "-n", "1")["ready"] == 1  # --no-refill (pool_cmd's default)
+    proc = ccm("pool", "fill", "-n", "2", "--json", cwd=repo)  # the flag not repeated
+    assert proc.returncode == 0 and pool_of(repo)["refill"] is False
+    assert "not refilled" in ccm("pool", "status", cwd=repo).stdout
+
+
+def test_an_older_registry_is_migrated_by_many_processes_at_once(tmp_path: Path) -> None:
+    import sqlite3
+
+    for trial in range(4):
+        home = tmp_path / f"home{trial}"
+        home.mkdir()
+        db = sqlite3.connect(home / "registry.db")
+        db.execute("CREATE TABLE pool_repos (repo TEXT PRIMARY KEY, size INTEGER NOT NULL, rev TEXT NOT NULL, "
+                   "key TEXT NOT NULL, main_git_dir TEXT NOT NULL, main_worktree TEXT NOT NULL)")
+        db.execute("INSERT INTO pool_repos VALUES ('/r', 1, 'HEAD', 'k', '/r', '/w')")
+        db.commit()
+        db.close()
+        code = "from ccm_guard import pool_entries as p; print(p.config_of(p.open_registry(), __import__('pathlib').Path('/r')).refill)"
+        procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "CCM_GUARD_HOME": str(home)},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
+        results = [(p.wait(60), *p.communicate()) for p in procs]
+        assert all(rc == 0 and out.strip() == "1" for rc, out, _ in results), results
 
 
 # --- never leak one task's files into another -------------------------------------------------

@@ -7,17 +7,15 @@ of findings and paths, and the agent's processes are stopped by the timeout.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from adv import COMMIT, with_policy
-from conftest import git, make_repo, run_exec, write_agent
+from conftest import git, make_repo, run_exec, small_tmpfs, write_agent
 
 
 def test_a_huge_file_is_measured_against_the_roles_limit(repo: Path, tmp_path: Path) -> None:
@@ -104,18 +102,6 @@ mkdir deep
     assert git(Path(res.verdict["worktree"]), "status", "--porcelain", "--untracked-files=all") == ""  # ... git sees nothing
     assert res.status("clean-tree") == "pass" and res.code == 0
     _remove_deep(Path(res.verdict["worktree"], "deep"))
-
-
-@contextlib.contextmanager
-def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("a small tmpfs needs root and mount here")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def test_filling_the_disk_still_gives_a_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
