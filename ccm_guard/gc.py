@@ -274,8 +274,8 @@ def _plan_expiry(host: git.Repo | None, t: Task, refs: dict[str, str], opts: Opt
     paths = [p for p in (copied, t.log_dir) if p and os.path.isdir(p)]
     if commit is None and not snapshots and not paths:
         return None
-    steps = ([f"delete {ref}"] if commit else []) + [f"delete {name}" for name in sorted(snapshots)]
-    steps += [f"remove {path}" for path in paths]
+    steps = [f"remove {path}" for path in paths] + ([f"delete {ref}"] if commit else [])
+    steps += [f"delete {name}" for name in sorted(snapshots)]
     if t.status == "DISCARDED":
         steps.append("mark CLEANED_UP (no longer restorable)")
     return Action("expired-archive", str(host.common_dir) if host else t.repo, ref if commit else t.id,

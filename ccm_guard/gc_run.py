@@ -191,7 +191,7 @@ def _run_prune(action: Action, registry: Registry) -> None:
 def _made_for(task_id: str, path: Path) -> bool:
     """`path` is the task's logs (home/logs/<repo>/<task>) or its copied directory's
     archive (home/archive/copies/<repo>/<task>[-<when>])."""
-    if os.path.islink(path):
+    if not path.is_absolute() or os.path.normpath(path) != str(path) or os.path.islink(path):
         return False
     real = Path(os.path.realpath(path))
     logs, copies = (Path(os.path.realpath(home() / sub)) for sub in ("logs", "archive/copies"))
@@ -212,13 +212,13 @@ def _run_expiry(action: Action, registry: Registry) -> None:
     foreign = [p for p in action.paths if not _made_for(t.id, Path(p))]
     if foreign:
         raise StateError(f"{foreign[0]} is not a place ccm-guard made for task {t.id}: nothing of it was removed")
+    for path in action.paths:  # first: a directory that cannot be moved leaves the refs, and a retry
+        trash.discard(Path(path))
+        action.done.append(f"removed {path}")
     for ref, value in planned.items():
         assert host is not None and value is not None
         git.delete_ref(host, ref, value)
         action.done.append(f"deleted {ref}")
-    for path in action.paths:
-        trash.discard(Path(path))
-        action.done.append(f"removed {path}")
     if t.status == "DISCARDED":
         registry.move(t.id, "CLEANED_UP")
         action.done.append("marked CLEANED_UP")

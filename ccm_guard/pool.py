@@ -81,22 +81,23 @@ def take(registry: Registry, repo: Path, task: str, branch: str, base: str, dest
     never handed out.
     """
     open_registry(registry)
-    while (entry := claim(registry, repo, task)) is not None:
-        failpoints.point("pool-after-claim")
-        try:
-            if problem(entry) is None:
-                admin = _hand_over(registry, entry, branch, base, dest)
-                if admin is not None:
-                    _refill_soon(registry, repo)
-                return admin
-        except GitError:
-            # Unusable (its base pruned away, say): a fresh worktree may well work.
-            _undo_hand_over(repo, branch, base, dest)
-        except BaseException:
-            destroy(registry, entry)
-            raise
-        destroy(registry, entry)  # not pristine, or broken: never handed out
-    return None
+    try:
+        while (entry := claim(registry, repo, task)) is not None:
+            failpoints.point("pool-after-claim")
+            try:
+                if problem(entry) is None:
+                    return _hand_over(registry, entry, branch, base, dest)
+            except GitError:
+                # Unusable (its base pruned away, say): a fresh worktree may well work.
+                _undo_hand_over(repo, branch, base, dest)
+            except BaseException:
+                destroy(registry, entry)
+                raise
+            destroy(registry, entry)  # not pristine, or broken: never handed out
+        return None
+    finally:
+        with contextlib.suppress(sqlite3.Error, StateError):  # never in the way of the take's own outcome
+            _refill_soon(registry, repo)  # whatever this take did to it, an empty pool included
 
 
 def _hand_over(registry: Registry, entry: Entry, branch: str, base: str, dest: Path) -> Path | None:
@@ -241,19 +242,30 @@ def finish_returns(ids: list[str], registry: Registry | None = None) -> None:
             why = problem(entry)
             if why is not None:
                 raise GitError(f"not pristine after reset and clean: {why}")
-            with pool_admin.sizing(Path(entry.repo)):
-                set_fields(registry, entry, state="ready", task=None, pid=None)
-                if config is not None:
-                    pool_admin.trim(registry, config)  # a refill may have made up for it meanwhile
         except (GitError, OSError):
             destroy(registry, entry)
+            continue
+        _settle_return(registry, entry)
+
+
+def _settle_return(registry: Registry, entry: Entry) -> None:
+    """A reset entry becomes ready, unless the pool was drained meanwhile; then whatever
+    is beyond the pool's size (a refill may have made up for it) goes."""
+    with pool_admin.sizing(Path(entry.repo)):
+        config = config_of(registry, Path(entry.repo))  # as it is now, not as the reset began
+        if config is None:
+            destroy(registry, entry)
+            return
+        set_fields(registry, entry, state="ready", task=None, pid=None)
+        with contextlib.suppress(GuardError, OSError, sqlite3.Error):  # a detached process: nobody to tell
+            pool_admin.trim(registry, config)
 
 
 def _refill_soon(registry: Registry, repo: Path) -> None:
-    """The pool keeps its size: a taken entry is replaced by a detached process, which
-    first lets the task's own start-up have the machine."""
+    """The pool keeps its size: what it lacks is made by a detached process, which first
+    lets the task's own start-up have the machine."""
     config = config_of(registry, repo)
-    if config is not None and config.refill:
+    if config is not None and config.refill and pool_admin.missing(registry, config):
         _detached("refill", str(repo), orphan=True)
 
 

@@ -440,8 +440,9 @@ def test_archive_past_retention_is_deleted_only_with_yes(repo: Path, tmp_path: P
     assert _ref(repo, "refs/ccm-guard/archive/old")
     code, report = _gc(repo, "--yes")
     logs = Registry().get("old").log_dir
-    assert code == 0 and _only(report, "expired-archive")[0]["done"] == ["deleted refs/ccm-guard/archive/old",
-                                                                         f"removed {logs}", "marked CLEANED_UP"]
+    assert code == 0 and _only(report, "expired-archive")[0]["done"] == [f"removed {logs}",
+                                                                         "deleted refs/ccm-guard/archive/old",
+                                                                         "marked CLEANED_UP"]
     assert not os.path.exists(logs) and os.path.isdir(Registry().get("recent").log_dir)
     assert _ref(repo, "refs/ccm-guard/archive/old") is None and _status("old") == "CLEANED_UP"
     assert _ref(repo, "refs/ccm-guard/archive/recent") and _status("recent") == "DISCARDED"
@@ -458,8 +459,8 @@ def test_an_expired_task_takes_its_snapshots_and_logs_along_and_its_row_stays(re
     _age("old", 31 * DAY)
     code, report = _gc(repo)
     [action] = _only(report, "expired-archive")
-    assert action["steps"] == ["delete refs/ccm-guard/archive/old", *(f"delete {r}" for r in sorted(snapshots)),
-                               f"remove {logs}", "mark CLEANED_UP (no longer restorable)"]
+    assert action["steps"] == [f"remove {logs}", "delete refs/ccm-guard/archive/old",
+                               *(f"delete {r}" for r in sorted(snapshots)), "mark CLEANED_UP (no longer restorable)"]
     assert logs.is_dir() and _ref(repo, snapshots[0])  # a dry run changes nothing
     code, report = _gc(repo, "--yes")
     [action] = _only(report, "expired-archive")
@@ -486,16 +487,17 @@ def test_an_expired_copied_directory_archive_is_removed(tmp_path: Path) -> None:
     assert (plain / "a.txt").read_text() == "a\n"  # the original was never the copy's to touch
 
 
-@pytest.mark.parametrize("where", ["outside", "live worktrees", "another task's logs"])
+@pytest.mark.parametrize("where", ["outside", "live worktrees", "another task's logs", "not normalised"])
 def test_expiry_removes_only_the_places_made_for_the_task(repo: Path, tmp_path: Path, where: str) -> None:
     _exec(repo, tmp_path, "old", COMMIT_AND_LEAVE, "--on-fail", "discard")
     live = _exec(repo, tmp_path, "live", COMMIT_AND_LEAVE)  # kept, with uncommitted work
     state = Path(os.environ["CCM_GUARD_HOME"])
     target = {"outside": tmp_path / "precious", "live worktrees": state / "worktrees",
-              "another task's logs": Path(live["log_dir"])}[where]
+              "another task's logs": Path(live["log_dir"]), "not normalised": Path(live["log_dir"])}[where]
     target.mkdir(exist_ok=True)
     (target / "keep.txt").write_text("mine\n")
-    _set("old", log_dir=str(target))  # a registry row rewritten to name another place
+    named = f"{Registry().get('old').log_dir}/../live" if where == "not normalised" else str(target)
+    _set("old", log_dir=named)  # a registry row rewritten to name another place
     _age("old", 31 * DAY)
     code, report = _gc(repo, "--yes")
     [action] = _only(report, "expired-archive")

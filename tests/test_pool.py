@@ -286,6 +286,41 @@ def test_the_refiller_leaves_the_running_task_its_disk(tmp_path: Path, monkeypat
         assert [e["state"] for e in pool_of(repo)["entries"]] == ["out"]
 
 
+def test_a_worktree_coming_back_to_a_drained_pool_is_destroyed(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1")
+    go = tmp_path / "go"
+    result = run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one", "--cleanup",
+                      env={"CCM_GUARD_FAILPOINT": f"pool-finishing:wait={go}"})  # the detached finisher waits
+    assert result.code == 0 and "warm pool" in result.verdict["disposition"]
+    wait_for(Path(f"{go}.reached"))
+    (returning,) = pool_of(repo)["entries"]
+    drained = pool_cmd(repo, "drain")
+    assert drained["left_with_tasks"] == [returning["id"]]
+    go.touch()
+    deadline = time.monotonic() + 60
+    while pool_of(repo)["entries"]:
+        assert time.monotonic() < deadline, pool_of(repo)
+        time.sleep(0.05)
+    assert not Path(returning["path"]).exists()
+    fresh = run_exec(repo, write_agent(tmp_path, COMMIT, name="two.sh"), "--task", "two")
+    assert fresh.code == 0 and "pooled" not in json.loads(ccm("task", "show", "two", "--json", cwd=repo).stdout)["options"]
+
+
+def test_an_emptied_pool_is_refilled_by_the_next_exec(repo: Path, tmp_path: Path) -> None:
+    pool_cmd(repo, "fill", "-n", "1", "--refill")
+    (entry,) = ready(repo)
+    Path(entry["path"], "planted.txt").write_text("x\n")  # not pristine: the next take destroys it
+    result = run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one")
+    assert result.code == 0
+    assert "pooled" not in json.loads(ccm("task", "show", "one", "--json", cwd=repo).stdout)["options"]
+    deadline = time.monotonic() + 60
+    while not ready(repo):
+        assert time.monotonic() < deadline, f"the emptied pool was never refilled: {pool_of(repo)}"
+        time.sleep(0.1)
+    (new,) = ready(repo)
+    assert new["id"] != entry["id"] and not Path(new["path"], "planted.txt").exists()
+
+
 def test_resizing_keeps_the_stored_refill_setting(repo: Path) -> None:
     assert pool_cmd(repo, "fill", "-n", "1")["ready"] == 1  # --no-refill (pool_cmd's default)
     proc = ccm("pool", "fill", "-n", "2", "--json", cwd=repo)  # the flag not repeated
