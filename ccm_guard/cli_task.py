@@ -5,12 +5,25 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from .cli import CONTEXT, handled, main, run_options
 from .errors import EXIT_CODE_TABLE
+
+
+def _task_command(name: str, *params: Callable[[Any], Any], json_flag: bool = True,
+                  epilog: str | None = None) -> Callable[[Callable[..., None]], Any]:
+    """`ccm-guard task NAME TASK [params] [--json]`, the shape of every command on one task."""
+    def wrap(fn: Callable[..., None]) -> Any:
+        fn = handled(fn)
+        if json_flag:
+            fn = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
+        for param in reversed(params):
+            fn = param(fn)
+        return task.command(name, context_settings=CONTEXT, epilog=epilog)(click.argument("task_id", metavar="TASK")(fn))
+    return wrap
 
 
 def _emit(data: dict[str, Any], as_json: bool, lines: list[str]) -> None:
@@ -37,7 +50,7 @@ def task() -> None:
 
 @task.command("list", context_settings=CONTEXT)
 @click.option("--all", "show_all", is_flag=True, help="Include tasks that were applied, discarded or cleaned up.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
 @handled
 def task_list(show_all: bool, as_json: bool) -> None:
     """List tasks (live ones unless --all)."""
@@ -56,10 +69,7 @@ def task_list(show_all: bool, as_json: bool) -> None:
         click.echo(f"{t.id:28} {status:11} {t.base[:12]:12} {t.branch:36} {t.worktree}")
 
 
-@task.command("show", context_settings=CONTEXT)
-@click.argument("task_id", metavar="TASK")
-@click.option("--json", "as_json", is_flag=True)
-@handled
+@_task_command("show")
 def task_show(task_id: str, as_json: bool) -> None:
     """One task: status, base, paths, last verdict, divergence from its target, snapshots.
 
@@ -109,9 +119,7 @@ def task_show(task_id: str, as_json: bool) -> None:
         click.echo(f"{'snapshots:':15} " + ", ".join(f"{n}={sha[:12]}" for n, sha in extra["snapshots"].items()))
 
 
-@task.command("diff", context_settings=CONTEXT)
-@click.argument("task_id", metavar="TASK")
-@handled
+@_task_command("diff", json_flag=False)
 def task_diff(task_id: str) -> None:
     """The task's change against its base, as `git diff` shows it (uncommitted work included)."""
     from .registry import Registry
@@ -120,17 +128,17 @@ def task_diff(task_id: str) -> None:
     click.echo(diff(Registry(), task_id), nl=False)
 
 
-@task.command("apply", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
-@click.argument("task_id", metavar="TASK")
-@click.option("--into", metavar="REF", help="Where to land: a local branch, REMOTE/BRANCH, or a repository path "
-              "(pushed to). Default: the branch checked out where exec ran.")
-@click.option("--strategy", type=click.Choice(["merge", "squash", "ff"]), default="merge", show_default=True,
-              help="merge: a merge commit; squash: one commit on the target; ff: fast-forward only.")
-@click.option("--retries", type=click.IntRange(1, 100), default=10, show_default=True,
-              help="For a remote target: how often to fetch, rebuild and push again when another push won.")
-@click.option("--cleanup", is_flag=True, help="Then remove the task's worktree and branch (the work is in the target).")
-@click.option("--json", "as_json", is_flag=True)
-@handled
+@_task_command(
+    "apply",
+    click.option("--into", metavar="REF", help="Where to land: a local branch, REMOTE/BRANCH, or a repository path "
+                 "(pushed to). Default: the branch checked out where exec ran."),
+    click.option("--strategy", type=click.Choice(["merge", "squash", "ff"]), default="merge", show_default=True,
+                 help="merge: a merge commit; squash: one commit on the target; ff: fast-forward only."),
+    click.option("--retries", type=click.IntRange(1, 100), default=10, show_default=True,
+                 help="For a remote target: how often to fetch, rebuild and push again when another push won."),
+    click.option("--cleanup", is_flag=True,
+                 help="Then remove the task's worktree and branch (the work is in the target)."),
+    epilog=EXIT_CODE_TABLE)
 def task_apply(task_id: str, into: str | None, strategy: str, retries: int, cleanup: bool, as_json: bool) -> None:
     """Land a task that passed its gates (COMMITTED) on a branch, touching no work tree.
 
@@ -160,10 +168,7 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
     _emit(data, as_json, lines)
 
 
-@task.command("discard", context_settings=CONTEXT)
-@click.argument("task_id", metavar="TASK")
-@click.option("--json", "as_json", is_flag=True)
-@handled
+@_task_command("discard")
 def task_discard(task_id: str, as_json: bool) -> None:
     """Archive all of the task's work, committed and not, under refs/ccm-guard/archive/<task>,
     then remove its worktree and branch. `task restore` brings it back."""
@@ -180,10 +185,7 @@ def task_discard(task_id: str, as_json: bool) -> None:
     _emit(result, as_json, lines)
 
 
-@task.command("restore", context_settings=CONTEXT)
-@click.argument("task_id", metavar="TASK")
-@click.option("--json", "as_json", is_flag=True)
-@handled
+@_task_command("restore")
 def task_restore(task_id: str, as_json: bool) -> None:
     """Bring a discarded task back from its archive: its worktree, its branch, and its
     uncommitted work as uncommitted changes."""
@@ -195,12 +197,11 @@ def task_restore(task_id: str, as_json: bool) -> None:
                             + (" (with its uncommitted work)" if result["uncommitted_work"] else "")])
 
 
-@task.command("rollback", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
-@click.argument("task_id", metavar="TASK")
-@click.option("--to-snapshot", type=int, metavar="N", help="Back to snapshot N (`task show` lists them).")
-@click.option("--file", "path", metavar="PATH", help="Only this file, back to the base (relative to the worktree).")
-@click.option("--json", "as_json", is_flag=True)
-@handled
+@_task_command(
+    "rollback",
+    click.option("--to-snapshot", type=int, metavar="N", help="Back to snapshot N (`task show` lists them)."),
+    click.option("--file", "path", metavar="PATH", help="Only this file, back to the base (relative to the worktree)."),
+    epilog=EXIT_CODE_TABLE)
 def task_rollback(task_id: str, to_snapshot: int | None, path: str | None, as_json: bool) -> None:
     """Undo a task's work: the worktree back to its base, to a snapshot, or one file.
 
@@ -220,10 +221,7 @@ def task_rollback(task_id: str, to_snapshot: int | None, path: str | None, as_js
     _emit(result, as_json, lines)
 
 
-@task.command("snapshot", context_settings=CONTEXT)
-@click.argument("task_id", metavar="TASK")
-@click.option("--json", "as_json", is_flag=True)
-@handled
+@_task_command("snapshot")
 def task_snapshot(task_id: str, as_json: bool) -> None:
     """Save the worktree as it is (commits and uncommitted work) as the task's next
     snapshot, refs/ccm-guard/snapshots/<task>/<n>."""
@@ -235,12 +233,8 @@ def task_snapshot(task_id: str, as_json: bool) -> None:
                             + (" (with uncommitted work)" if result["uncommitted"] else "")])
 
 
-@task.command("resume", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
-@click.argument("task_id", metavar="TASK")
-@run_options
-@click.option("--json", "as_json", is_flag=True)
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@handled
+@_task_command("resume", run_options, click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
+               epilog=EXIT_CODE_TABLE)
 def task_resume(task_id: str, timeout: float | None, grace: float, keep_env: tuple[str, ...], terminal: bool | None,
                 sandbox_mode: str, no_network: bool, agent: str | None, as_json: bool,
                 command: tuple[str, ...]) -> None:
