@@ -645,6 +645,13 @@ def files_at(repo: Repo, rev: str, paths: Sequence[str]) -> dict[str, bytes | No
     return found
 
 
+def global_config_files() -> list[Path]:
+    """Where git looks for the user's global config, lowest precedence first (what
+    GIT_CONFIG_GLOBAL would put in their place is the caller's to decide)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return [Path(xdg, "git", "config"), Path(os.path.expanduser("~/.gitconfig"))]
+
+
 def config_file_set(path: Path, key: str, value: str | None) -> None:
     """Set `key` in the config file `path`, or (None) remove every value of it."""
     if value is None:
@@ -735,10 +742,6 @@ def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
     """Index and work tree to `rev`; files whose stat data match are not rewritten, and a
     sparse checkout's patterns are honoured. (`worktree add` itself runs exactly this.)"""
     run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
-
-
-def worktree_lock(repo: Repo, path: Path, reason: str) -> None:
-    run(["worktree", "lock", "--reason", reason, str(path)], repo, cwd="/")
 
 
 def worktree_unlock(repo: Repo, path: Path) -> None:

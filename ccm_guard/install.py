@@ -241,8 +241,7 @@ def user_config_files(common: Path) -> list[Path]:
     if os.environ.get("GIT_CONFIG_GLOBAL"):
         files.append(Path(os.environ["GIT_CONFIG_GLOBAL"]))
     else:
-        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-        files += [Path(xdg, "git", "config"), Path(os.path.expanduser("~/.gitconfig"))]
+        files += git.global_config_files()
     return [*files, common / "config"]
 
 

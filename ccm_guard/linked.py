@@ -113,7 +113,8 @@ def trusted(task: Task | None, common: Path, admin: Path, path: Path) -> git.Rep
 
 
 def lock_reason(pid: int, task_id: str) -> str:
-    """The reason ccm-guard gives `git worktree lock` for a worktree it is using."""
+    """The reason a ccm-guard `git worktree lock` carries ("ccm-guard pid N task ID"), the
+    form gc recognises (no current ccm-guard takes one; earlier versions' may be left)."""
     return f"ccm-guard pid {pid} task {task_id}"
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
-from . import objects
+from . import git, objects
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
 # Config files are kept whole up to this size, so that a padded file cannot push a
@@ -140,7 +140,7 @@ def _host_files(pins: Pins, files: dict[str, Entry], contents: dict[str, bytes],
         data = contents.get(f"common/{rel}")
         if data is not None:
             configs.append((common / rel, data))
-    queue = [("include", path) for path in include_targets] + [("hostconfig", path) for path in global_configs()]
+    queue = [("include", path) for path in include_targets] + [("hostconfig", path) for path in git.global_config_files()]
     seen: set[Path] = set()
     while queue:
         prefix, path = queue.pop(0)
@@ -160,13 +160,6 @@ def _host_files(pins: Pins, files: dict[str, Entry], contents: dict[str, bytes],
     from .registry import home  # the state home: where the user policy lives
 
     _record(files, contents, f"host/{home() / 'policy.toml'}", home() / "policy.toml", keep=False)
-
-
-def global_configs() -> list[Path]:
-    """The global git config files, as git finds them (system config needs root to change)."""
-    home = Path(os.path.expanduser("~"))
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(home / ".config")
-    return [home / ".gitconfig", Path(xdg, "git", "config")]
 
 
 def _record(files: dict[str, Entry], contents: dict[str, bytes], key: str, path: Path, keep: bool) -> bytes | None:
