@@ -80,8 +80,9 @@ if [ -z "$SETTINGS" ] && [ -n "$TASKS" ]; then
 fi
 
 # under_exec: true when a `ccm-guard exec` is among our ancestors, i.e. an agent
-# runs this git (only asked when CCM_GUARD_SKIP is set: it forks).  Every process an agent starts stays below ccm-guard (it is a
-# child subreaper), whatever the agent does to its environment.
+# runs this git.  Every process an agent starts stays below ccm-guard (a child
+# subreaper), whatever the agent does to its environment.  It forks: asked only
+# when CCM_GUARD_SKIP is set.
 under_exec() {
 	_p=$PPID
 	while [ "$_p" -gt 1 ] 2>/dev/null; do
@@ -99,13 +100,8 @@ under_exec() {
 # CCM_GUARD_SKIP=1 is a person's switch: it skips ccm-guard's own check, not
 # the hooks it chains.  `ccm-guard exec` scrubs it from agents, and an agent
 # that sets it again is not obeyed.
-skip=
-if [ "${CCM_GUARD_SKIP-}" = 1 ] && [ -n "$SETTINGS" ] && [ "$CHECK" != 0 ] && [ -z "$chained" ]; then
-	under_exec || skip=1
-elif [ "${CCM_GUARD_SKIP-}" = 1 ]; then
-	skip=1
-fi
-if [ -n "$skip" ] || [ "$CHECK" = 0 ] || [ -z "$SETTINGS" ] || [ -n "$chained" ]; then
+if [ "$CHECK" = 0 ] || [ -z "$SETTINGS" ] || [ -n "$chained" ] ||
+	{ [ "${CCM_GUARD_SKIP-}" = 1 ] && ! under_exec; }; then
 	[ -n "$LEGACY" ] || exit 0
 	export CCM_GUARD_HOOK_CHAIN
 	# Not exec: the chained hook must see this hook as its parent (from_chaining_hook).
