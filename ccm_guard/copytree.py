@@ -21,7 +21,7 @@ from typing import Collection, Iterator, Mapping
 from . import git
 from .errors import StateError
 from .registry import Task, home
-from .worktreeinclude import Cloner, copy_tree
+from .worktreeinclude import Cloner, copy_tree, digest_fd
 
 STRATEGY = "copy"  # the strategy's name: in the task's options, its manifest and its verdict
 
@@ -72,10 +72,11 @@ def _hash(path: Path) -> str:
         fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
         return f"unreadable:{exc.errno}"  # differs from every digest: reported as changed
-    with open(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not-a-file"
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    try:
+        st = os.fstat(fd)
+        return digest_fd(fd, st.st_size) if stat.S_ISREG(st.st_mode) else "not-a-file"
+    finally:
+        os.close(fd)
 
 
 # --- reading a tree --------------------------------------------------------------------------------

@@ -88,11 +88,11 @@ class Cloner:
         """The sha256 of the copy, read from the source: its pages are the ones in memory (a
         reflinked copy's are not), and it holds the same bytes unless it changed meanwhile,
         which its ctime would show: then the copy itself is read."""
-        hashed = _digest_fd(src_fd, st.st_size)
+        hashed = digest_fd(src_fd, st.st_size)
         now = os.fstat(src_fd)
         if (now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
             return hashed
-        return _digest_fd(dst_fd, os.fstat(dst_fd).st_size)
+        return digest_fd(dst_fd, os.fstat(dst_fd).st_size)
 
     def _fill(self, src_fd: int, dst_fd: int, st: os.stat_result, dst_dev: int) -> str:
         pair = (st.st_dev, dst_dev)
@@ -138,7 +138,8 @@ def _user_copy(src_fd: int, dst_fd: int) -> None:
             view = view[os.write(dst_fd, view):]
 
 
-def _digest_fd(fd: int, size: int) -> str:
+def digest_fd(fd: int, size: int) -> str:
+    """The sha256 of an open regular file of about `size` bytes, read from its start."""
     if size < 1 << 20:  # most files: one read, no file object
         return hashlib.sha256(os.pread(fd, size + 1, 0)).hexdigest()
     os.lseek(fd, 0, os.SEEK_SET)
