@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ccm, git, make_repo, run_exec, write_agent
+from conftest import ccm, git, make_repo, run_exec, small_tmpfs, write_agent
 
 COMMIT = 'echo work > work.txt\nrgit add work.txt\nrgit commit -q -m "agent work"\n'
 
@@ -179,21 +179,24 @@ def test_index_lock_left_in_the_task_worktree_does_not_stop_the_archive(repo: Pa
     assert not Path(result.verdict["worktree"]).exists()
 
 
-def test_enospc_while_archiving_keeps_the_worktree(repo: Path, tmp_path: Path, fp) -> None:  # type: ignore[no-untyped-def]
-    """A full disk cannot be made on demand here: git is made to fail as it would."""
-    fp.allow_unregistered(True)  # everything real, but the two archive steps below
-    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
-    from ccm_guard import git as gitmod
+def test_enospc_while_archiving_keeps_the_worktree(tmp_path: Path) -> None:
+    """A real full disk (a small tmpfs holding the repository, whose object store the
+    archive writes to): discard stops before removing anything."""
+    from ccm_guard.errors import GuardError
     from ccm_guard.registry import Registry
     from ccm_guard.taskops import discard
 
-    fp.register([gitmod.binary(), fp.any(), "add", "--all", "--", "."], returncode=128,
-                stderr="error: unable to write new index file: No space left on device\n")
-    fp.register([gitmod.binary(), fp.any(), "read-tree", fp.any()], returncode=0)
-    fp.register([gitmod.binary(), fp.any(), "add", "--all", "--", "."], returncode=128,
-                stderr="fatal: unable to write new index file: No space left on device\n")
-    with pytest.raises(gitmod.GitError, match="No space left on device"):
-        discard(Registry(), "t1")
-    assert Path(result.verdict["worktree"], "wip.txt").exists()  # nothing removed
-    assert git(repo, "rev-parse", "--verify", "--quiet", "ccm/t1", check=False)
-    assert _show(repo, "t1")["status"] == "ERRORED"
+    with small_tmpfs(tmp_path / "small", "40m") as small:
+        repo = make_repo(small / "repo")  # the state home (worktree, registry) stays on the roomy disk
+        wip = "head -c 200000 /dev/urandom | base64 > wip.txt\n"  # uncommitted: the archive must write it
+        result = run_exec(repo, write_agent(tmp_path, COMMIT + wip), "--task", "t1")
+        assert result.code == 1 and Path(result.verdict["worktree"], "wip.txt").exists()
+        with open(small / "filler", "wb") as fh, pytest.raises(OSError):
+            while True:
+                fh.write(b"\0" * (1 << 20))
+                fh.flush()
+        with pytest.raises(GuardError, match="No space left on device"):
+            discard(Registry(), "t1")
+        assert Path(result.verdict["worktree"], "wip.txt").exists()  # nothing removed
+        assert git(repo, "rev-parse", "--verify", "--quiet", "ccm/t1", check=False)
+        assert Registry().get("t1").status == "ERRORED"
