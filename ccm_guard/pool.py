@@ -301,15 +301,13 @@ def refill_now(repo: Path, registry: Registry | None = None) -> None:
 
 
 def _require_room(config: RepoConfig, base: str, count: int) -> None:
-    """Room for `count` more checkouts of `base` and a reserve for the task that runs
-    meanwhile (the larger of 512 MB and 5% of the file system); else RepoError."""
+    """Room for `count` more checkouts of `base`, plus 512 MB for the task that runs
+    meanwhile, plus a margin of 5% of the file system (64 MB at least); else RepoError."""
     from .worktree import host_repo, require_space
 
     files, total = git.tree_size(host_repo(Path(config.repo)), base)
-    home_dir = pool_admin.pool_home(config)
-    st = os.statvfs(next(p for p in (home_dir, *home_dir.parents) if p.exists()))
-    reserve = max(512 * 2**20, st.f_blocks * st.f_frsize // 20)
-    require_space(home_dir, files * count, total * count + reserve, "to refill the pool")
+    require_space(pool_admin.pool_home(config), files * count, total * count + 512 * 2**20, "to refill the pool",
+                  share=0.05)
 
 
 def _returnable(entry: Entry, pins: Pins, registry: Registry) -> bool:

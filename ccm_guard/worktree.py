@@ -99,13 +99,16 @@ def check_disk(p: Plan) -> None:
     require_space(p.worktree, files, total, "for the checkout")
 
 
-def require_space(dest: Path, files: int, total: int, what: str) -> None:
-    """Refuse, with the figures, when `files` files of `total` bytes will not fit under `dest`."""
+def require_space(dest: Path, files: int, total: int, what: str, share: float = 0.0) -> None:
+    """Refuse, with the figures, when `files` files of `total` bytes will not fit under
+    `dest` and still leave a margin: 64 MB for git's metadata and the agent, or (`share`)
+    that share of the file system if it is more."""
     parent = _existing_parent(dest)
     st = os.statvfs(parent)
     free = st.f_bavail * st.f_frsize
-    # Each file costs at least a block; keep a margin for git's metadata and the agent.
-    need = total + files * st.f_frsize + 64 * 2**20 + total // 10
+    margin = max(64 * 2**20, int(share * st.f_blocks * st.f_frsize))
+    # Each file costs at least a block.
+    need = total + files * st.f_frsize + margin + total // 10
     if free < need:
         raise RepoError(
             f"not enough disk space {what}: need about {_mb(need)} ({files} files), "
