@@ -9,14 +9,13 @@ more) for the whole-text scans to run, and past two chunks for the chunked searc
 
 from __future__ import annotations
 
-import posixpath
 import unicodedata
 from typing import Callable, Iterable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccm_guard.pathcheck import EXECUTABLE, GITLINK, SYMLINK, PathChange, Violation, check
+from ccm_guard.pathcheck import EXECUTABLE, GITLINK, SYMLINK, PathChange, Violation, _change, check
 from ccm_guard.pathrules import _CHUNK, _FEW, Rules
 
 # Names that forbid rules catch, in other spellings (case, Unicode forms, "ß" folding to
@@ -93,19 +92,11 @@ def test_check_agrees_with_looking_at_every_change(
 
 def reference_check(changes: list[PathChange], rules: Rules, link_target: Callable[[PathChange], str | None],
                     final_paths: Callable[[], Iterable[str]]) -> list[Violation]:
-    """pathcheck.check as it was before the fast path: every change, one path at a time."""
+    """pathcheck.check as it was before the fast path: every change matched one path at a
+    time, and the twins found by folding every final path (no selection by set)."""
     found: list[Violation] = []
-    for c in changes:
-        why = rules.violation(c.path)
-        if why:
-            found.append(Violation(c.path, f"{'deleted' if c.status == 'D' else 'changed'}, but {why}", c.where))
-        if c.new_mode == SYMLINK:
-            found += reference_symlink(c, rules, link_target(c))
-        elif c.new_mode == GITLINK and c.status != "D":
-            what = "a nested git repository" if c.status == "?" else "a gitlink (submodule entry)"
-            found.append(Violation(c.path, f"{what} was added", c.where))
-        elif c.new_mode == EXECUTABLE and c.old_mode != EXECUTABLE:
-            found.append(Violation(c.path, "made executable", c.where, "warn"))
+    for c in changes:  # every change, matched on its own (what it finds is _change's, shared)
+        found += _change(c, rules.violation(c.path), rules, link_target)
     added = [c for c in changes if c.status in ("A", "?")]
     if added:
         seen: dict[str, set[str]] = {}
@@ -117,16 +108,6 @@ def reference_check(changes: list[PathChange], rules: Rules, link_target: Callab
                 found.append(Violation(c.path, f"is the same file as {others[0]!r} on case-insensitive "
                                        "or Unicode-normalising file systems", c.where))
     return found
-
-
-def reference_symlink(c: PathChange, rules: Rules, target: str | None) -> list[Violation]:
-    if target is None:
-        return [Violation(c.path, "is a symlink whose target could not be read", c.where)]
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(c.path), target))
-    if posixpath.isabs(target) or resolved == ".." or resolved.startswith("../"):
-        return [Violation(c.path, f"is a symlink pointing outside the worktree ({target!r})", c.where)]
-    why = rules.violation(resolved)
-    return [Violation(c.path, f"is a symlink to {resolved!r}, which is {why}", c.where)] if why else []
 
 
 def fold(path: str) -> str:
