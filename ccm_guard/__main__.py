@@ -1,3 +1,3 @@
-from .cli import main
+from ccm_guard.cli import main
 
 main()

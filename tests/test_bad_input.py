@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ccm_guard import git as gitmod
-from ccm_guard import guard, worktree
+from ccm_guard.run import exec as guard
+from ccm_guard import worktree
 from ccm_guard.errors import ExitCode, RepoError
-from ccm_guard.registry import Registry
+from ccm_guard.state.registry import Registry
 from conftest import ccm, git, make_repo, write_agent
 
 

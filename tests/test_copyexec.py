@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from ccm_guard import copyexec, sandbox
+from ccm_guard.copy import exec as copyexec
+from ccm_guard.prevent import sandbox
 from ccm_guard.errors import ApplyRefused, StateError
-from ccm_guard.registry import Registry, Task
+from ccm_guard.state.registry import Registry, Task
 
 from conftest import ccm, run_exec, write_agent
 

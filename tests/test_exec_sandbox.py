@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ccm_guard import sandbox
+from ccm_guard.prevent import sandbox
 from conftest import ROOT, ccm, git, run_exec, write_agent
 
 pytestmark = pytest.mark.skipif(sandbox.abi() == 0, reason="this kernel has no Landlock")
@@ -19,7 +19,7 @@ NAIVE_SANDBOX = f'''naive() {{
   PYTHONPATH={ROOT} python3 -c '
 import os, sys
 from pathlib import Path
-from ccm_guard import sandbox
+from ccm_guard.prevent import sandbox
 sandbox.restrict([Path.cwd(), Path(os.environ["TMPDIR"])])
 os.execvp("sh", ["sh", "-c", sys.argv[1]])' "$1"
 }}

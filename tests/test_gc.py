@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
-from ccm_guard import gc, keep, linked
+from ccm_guard import gc
+from ccm_guard.gc import keep
+from ccm_guard.gc import linked
 from ccm_guard import git as cg
 from ccm_guard import worktree
-from ccm_guard.registry import Registry
+from ccm_guard.state.registry import Registry
 from conftest import ccm, git, make_repo, run_exec, spawn_exec, state_of, write_agent
 
 DAY = 86400.0
@@ -596,7 +598,7 @@ def test_repo_option_limits_gc_to_one_repository(tmp_path: Path) -> None:
 def test_gc_hands_trash_a_killed_ccm_guard_left_to_a_deleter(tmp_path: Path) -> None:
     import time
 
-    from ccm_guard import trash
+    from ccm_guard.state import trash
 
     repo = make_repo(tmp_path / "repo")
     left = trash.trash_dir() / "wt-of-a-killed-run"

@@ -1,7 +1,7 @@
 """The hooks at work: real git commands in a real task worktree fire them.
 
 Each test makes a repository, a linked worktree on ccm/t1 and installs the hooks for
-it (ccm_guard.install.install_worktree), then runs git exactly as an agent would,
+it (ccm_guard.prevent.hooks.install_worktree), then runs git exactly as an agent would,
 bypassing nothing but also using no shim: these hooks must hold on their own.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import AUTHOR, git, make_repo
 
-from ccm_guard import hookrun, install
+from ccm_guard.prevent import hookrun
+from ccm_guard.prevent import hooks as install
 
 REAL_GIT = os.path.realpath(shutil.which("git") or "git")
 
@@ -273,7 +274,7 @@ def test_repository_hooks_still_guard_a_task_that_dropped_its_hooks_path(repo: P
 
 def test_hookrun_module_refuses_without_settings(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CCM_GUARD_HOOK_SETTINGS"}
-    proc = subprocess.run([sys.executable, "-m", "ccm_guard.hookrun", "pre-push", "origin", "url"],
+    proc = subprocess.run([sys.executable, "-m", "ccm_guard.prevent.hookrun", "pre-push", "origin", "url"],
                           cwd=tmp_path, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "reinstall the hooks" in proc.stderr
@@ -282,7 +283,7 @@ def test_hookrun_module_refuses_without_settings(tmp_path: Path) -> None:
 def test_hookrun_module_runs_a_hook(task: Task) -> None:
     settings = next(task.wt.parent.glob("state/hooks/*/worktrees/*/settings"))
     env = {**os.environ, "CCM_GUARD_HOOK_SETTINGS": str(settings)}
-    run = [sys.executable, "-m", "ccm_guard.hookrun", "reference-transaction", "prepared"]
+    run = [sys.executable, "-m", "ccm_guard.prevent.hookrun", "reference-transaction", "prepared"]
     ok = subprocess.run(run, input="a b refs/heads/ccm/t1\n", capture_output=True, text=True, env=env)
     bad = subprocess.run(run, input="a b refs/heads/main\n", capture_output=True, text=True, env=env)
     assert (ok.returncode, bad.returncode) == (0, 1)

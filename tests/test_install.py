@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import AUTHOR, git
 
-from ccm_guard import install
+from ccm_guard.prevent import hooks as install
 from ccm_guard.errors import RepoError
 
 State = dict[str, tuple[str, int, bytes]]

@@ -22,7 +22,7 @@ import pytest
 from conftest import ccm, git, make_repo, run_exec, small_tmpfs, spawn_exec, write_agent
 
 from ccm_guard import pool
-from ccm_guard.registry import Registry
+from ccm_guard.state.registry import Registry
 
 FILES = {"README.md": "# project\n", "src/app.py": "print('hi')\n", ".gitignore": "*.log\n",
          "docs/guide.md": "guide\n", "lib/top.txt": "top\n", "lib/sub/deep.txt": "deep\n",
@@ -340,7 +340,7 @@ def test_an_older_registry_is_migrated_by_many_processes_at_once(tmp_path: Path)
         db.execute("INSERT INTO pool_repos VALUES ('/r', 1, 'HEAD', 'k', '/r', '/w')")
         db.commit()
         db.close()
-        code = "from ccm_guard import pool_entries as p; print(p.config_of(p.open_registry(), __import__('pathlib').Path('/r')).refill)"
+        code = "from ccm_guard.pool import entries as p; print(p.config_of(p.open_registry(), __import__('pathlib').Path('/r')).refill)"
         procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "CCM_GUARD_HOME": str(home)},
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
         results = [(p.wait(60), *p.communicate()) for p in procs]
@@ -568,7 +568,7 @@ def test_sparse_agent_widening_its_checkout_fails_git_metadata(repo: Path, tmp_p
 
 def test_the_cone_rules_agree_with_git_on_every_path(tmp_path: Path) -> None:
     """What the forbid rules let through is exactly what git checks out for the cone."""
-    from ccm_guard.pathrules import Rules
+    from ccm_guard.policy.rules import Rules
     from ccm_guard.worktree import cone_forbid
 
     files = {f"{a}/{b}/{c}.txt": "x\n" for a in ("a", "b", "lib") for b in ("x", "y", "sub") for c in ("1", "2")}

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from ccm_guard import git as gitmod
-from ccm_guard import recovery, roots, signatures
+from ccm_guard.detect import recovery
+from ccm_guard.prevent import roots
+from ccm_guard.detect import signatures
 from ccm_guard.errors import GitError
 from conftest import git, make_repo
 from test_sandbox import confined, linked_worktree, needs_landlock

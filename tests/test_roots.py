@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from ccm_guard import roots
+from ccm_guard.prevent import roots
 from ccm_guard.errors import RepoError
 from conftest import git, make_repo
 from test_sandbox import confined, linked_worktree, needs_landlock

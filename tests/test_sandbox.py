@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ccm_guard import roots, sandbox, signatures
+from ccm_guard.prevent import roots
+from ccm_guard.prevent import sandbox
+from ccm_guard.detect import signatures
 from ccm_guard.errors import UsageError
 from conftest import git, make_repo
 
@@ -133,7 +135,7 @@ def test_restrict_confines_the_calling_process_and_what_it_execs(tmp_path: Path)
     inside, outside = tmp_path / "inside", tmp_path / "outside"
     inside.mkdir()
     outside.mkdir()
-    code = ("import os, sys; from ccm_guard import sandbox; "
+    code = ("import os, sys; from ccm_guard.prevent import sandbox; "
             "sandbox.restrict([sandbox.Path(sys.argv[1])]); "
             "os.execvp('sh', ['sh', '-c', 'echo a > \"$0\"/f && echo b > \"$1\"/f; echo rc=$?', *sys.argv[1:]])")
     proc = subprocess.run([sys.executable, "-B", "-c", code, str(inside), str(outside)],

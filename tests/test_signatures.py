@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ccm_guard import roots, signatures
+from ccm_guard.prevent import roots
+from ccm_guard.detect import signatures
 from conftest import git, make_repo
 from test_sandbox import confined, needs_landlock
 

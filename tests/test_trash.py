@@ -15,14 +15,14 @@ import pytest
 
 from conftest import ROOT, git, make_repo, run_exec, write_agent
 
-from ccm_guard import trash
+from ccm_guard.state import trash
 
 # A process that moves a directory into the trash and then waits for a line on stdin: it
 # stands for a ccm-guard that has removed a worktree and has not answered yet.
 HOLDER = """
 import sys
 from pathlib import Path
-from ccm_guard import trash
+from ccm_guard.state import trash
 entry = trash.discard(Path(sys.argv[1]))
 print(entry, flush=True)
 sys.stdin.readline()

@@ -9,11 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from ccm_guard import configfile, git, objects, report, snapshot, worktree
-from ccm_guard.delta import Owner, classify
+from ccm_guard.git import config as configfile
+from ccm_guard import git
+from ccm_guard.detect import objects
+from ccm_guard.detect import verdict as report
+from ccm_guard.detect import snapshot
+from ccm_guard import worktree
+from ccm_guard.detect.delta import Owner, classify
 from ccm_guard.errors import GitError, StateError, UsageError
-from ccm_guard.guard import ExecOptions, exec_task
-from ccm_guard.registry import Registry
+from ccm_guard.run.exec import ExecOptions, exec_task
+from ccm_guard.state.registry import Registry
 from conftest import git as gitcmd
 
 
@@ -177,7 +182,7 @@ def test_failing_disk_during_worktree_add_leaves_nothing(repo: Path, fp) -> None
 
 @pytest.mark.parametrize("version", ["2", "3", "4"])
 def test_index_sizes_match_the_files(repo: Path, version: str) -> None:
-    from ccm_guard import indexfile
+    from ccm_guard.git import index as indexfile
 
     (repo / "docs").mkdir()
     (repo / "docs/a much longer name for prefix compression.txt").write_text("x" * 1234)
@@ -192,7 +197,7 @@ def test_index_sizes_match_the_files(repo: Path, version: str) -> None:
 
 
 def test_index_that_is_not_one_is_refused(tmp_path: Path) -> None:
-    from ccm_guard import indexfile
+    from ccm_guard.git import index as indexfile
 
     (tmp_path / "index").write_bytes(b"DIRC\0\0\0\2\0\0\0\5garbage")
     assert indexfile.sizes(tmp_path / "index") is None

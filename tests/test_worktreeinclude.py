@@ -13,8 +13,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from ccm_guard import worktreeinclude
-from ccm_guard.worktreeinclude import copy_included
+from ccm_guard.worktree import include as worktreeinclude
+from ccm_guard.worktree.include import copy_included
 
 from conftest import git, make_repo
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ccm_guard import sandbox
+from ccm_guard.prevent import sandbox
 from conftest import AUTHOR, ExecResult, git, marker_script  # noqa: F401  (marker_script: re-exported for the attacks)
 
 COMMIT = 'echo "agent work" > work.txt; git add -A; git commit -q -m "agent work"'

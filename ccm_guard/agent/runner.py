@@ -1,0 +1,274 @@
+"""Running the agent: its own session, its output passed through and logged, its time bounded.
+
+On a terminal the agent gets a pseudo-terminal that is proxied (raw mode, window size,
+SIGWINCH), so an interactive agent behaves as it does without ccm-guard, Ctrl-C
+included: the keystroke reaches the agent's terminal, not ccm-guard. Without a terminal
+its stdout and stderr are piped through and logged. A timeout, or a SIGINT/SIGTERM sent
+to ccm-guard itself, reaches the whole process group: TERM, a grace period, KILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import termios
+import time
+import tty
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Mapping
+
+from ccm_guard.agent import processes
+from ccm_guard.errors import AgentNotExecutable, AgentNotFound
+
+# Variables that would let the agent reach beyond its task, and the hooks' skip switches.
+SCRUB = (
+    "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "TMUX", "TMUX_PANE", "STY",
+    "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "DOCKER_HOST", "DOCKER_CONTEXT",
+    "CCM_GUARD_SKIP", "SKIP", "HUSKY", "HUSKY_SKIP_HOOKS", "LEFTHOOK", "LEFTHOOK_EXCLUDE",
+    "PRE_COMMIT_ALLOW_NO_CONFIG",
+)
+SCRUB_PREFIXES = ("GIT_", "CCM_GUARD_")
+
+
+def agent_environment(
+    base: Mapping[str, str], keep: tuple[str, ...], task_vars: Mapping[str, str]
+) -> dict[str, str]:
+    env = {
+        k: v for k, v in base.items()
+        if k in keep or (k not in SCRUB and not k.startswith(SCRUB_PREFIXES))
+    }
+    env.update(task_vars)
+    return env
+
+
+def resolve_command(command: list[str], env: Mapping[str, str], cwd: Path) -> list[str]:
+    """The command with its program made absolute, or a clear error (before anything is created).
+
+    A relative path is taken from where ccm-guard was started, not from the worktree, so
+    the program that runs is the one the person named, not a copy the agent could edit.
+    """
+    program = command[0]
+    if "/" in program:
+        path = Path(cwd, program)
+        if not path.exists():
+            raise AgentNotFound(f"agent command {program!r} not found: check the path")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise AgentNotExecutable(f"agent command {program!r} is not executable: chmod +x it")
+        return [str(path.resolve()), *command[1:]]
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise AgentNotFound(f"agent command {program!r} not found on PATH: install it or give its path")
+    return [found, *command[1:]]
+
+
+@dataclasses.dataclass
+class AgentResult:
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None
+    timed_out: bool
+    interrupted: bool
+    duration: float
+    terminal: bool
+    logs: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.interrupted
+
+
+class _Stop:
+    """Set by SIGINT/SIGTERM sent to ccm-guard while the agent runs."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[_Stop]:
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield stop
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def run(
+    command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
+    timeout: float | None, grace: float, terminal: bool | None = None, echo_stdout_to_stderr: bool = False,
+    confine: Callable[[], None] | None = None,
+) -> AgentResult:
+    """Run the agent; `confine` runs in the child right before exec (the OS sandbox)."""
+    if terminal is None:
+        terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    start = time.monotonic()
+    deadline = start + timeout if timeout else None
+    with _stop_signals() as stop:
+        if terminal:
+            proc, logs, timed_out = _run_pty(command, cwd, env, log_dir, deadline, grace, stop, confine)
+        else:
+            proc, logs, timed_out = _run_pipes(command, cwd, env, log_dir, deadline, grace, stop,
+                                               sys.stderr.buffer if echo_stdout_to_stderr else sys.stdout.buffer,
+                                               confine)
+    code = proc.returncode
+    return AgentResult(
+        exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+        timed_out=timed_out, interrupted=stop.requested, duration=time.monotonic() - start,
+        terminal=terminal, logs=logs,
+    )
+
+
+def _spawn(command: list[str], cwd: Path, env: Mapping[str, str], **kw: object) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(command, cwd=cwd, env=dict(env), start_new_session=True, **kw)  # type: ignore[call-overload, no-any-return]
+    except FileNotFoundError as exc:
+        raise AgentNotFound(f"agent command {command[0]!r} not found") from exc
+    except PermissionError as exc:
+        raise AgentNotExecutable(f"agent command {command[0]!r} is not executable: chmod +x it") from exc
+
+
+def _must_stop(proc: subprocess.Popen[bytes], deadline: float | None, stop: _Stop, grace: float) -> bool:
+    """Stop the group on timeout or on request; True if it was the timeout."""
+    timed_out = deadline is not None and time.monotonic() > deadline
+    if (timed_out or stop.requested) and proc.poll() is None:
+        processes.kill_group(proc.pid, grace)
+    return timed_out
+
+
+def _run_pipes(
+    command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
+    deadline: float | None, grace: float, stop: _Stop, echo_out: BinaryIO, confine: Callable[[], None] | None,
+) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
+    out_log, err_log = log_dir / "agent.stdout.log", log_dir / "agent.stderr.log"
+    proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=confine)
+    assert proc.stdout is not None and proc.stderr is not None
+    sinks: dict[int, tuple[BinaryIO, BinaryIO]] = {
+        proc.stdout.fileno(): (open(out_log, "wb"), echo_out),
+        proc.stderr.fileno(): (open(err_log, "wb"), sys.stderr.buffer),
+    }
+    timed_out = False
+    exited_at: float | None = None
+    try:
+        while sinks:
+            if proc.poll() is not None:
+                # A child the agent left behind may hold the pipes open: drain briefly, then stop.
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > 0.2:
+                    break
+            elif _must_stop(proc, deadline, stop, grace):
+                timed_out = True
+            ready, _, _ = select.select(list(sinks), [], [], 0.05)
+            for fd in ready:
+                data = _read(fd)
+                if not data:
+                    with contextlib.suppress(OSError):  # a full disk: what could not be logged is lost
+                        sinks.pop(fd)[0].close()
+                    continue
+                log, echo = sinks[fd]
+                _log(log, data)
+                with contextlib.suppress(OSError, ValueError):
+                    echo.write(data)
+                    echo.flush()
+    finally:
+        for log, _ in sinks.values():
+            with contextlib.suppress(OSError):
+                log.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    proc.wait()
+    return proc, (str(out_log), str(err_log)), timed_out
+
+
+def _log(log: BinaryIO, data: bytes) -> None:
+    """Best effort: an agent that fills the disk must not stop the run (or its verdict)."""
+    with contextlib.suppress(OSError):
+        log.write(data)
+        log.flush()
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError as exc:
+        if exc.errno == errno.EIO:  # the pty's other side is gone
+            return b""
+        raise
+
+
+def _run_pty(
+    command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
+    deadline: float | None, grace: float, stop: _Stop, confine: Callable[[], None] | None,
+) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
+    log_path = log_dir / "agent.pty.log"
+    master, slave = pty.openpty()
+    _copy_winsize(sys.stdin.fileno(), master)
+
+    def controlling_tty() -> None:  # runs in the child, after setsid
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        if confine is not None:
+            confine()
+
+    proc = _spawn(command, cwd, env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=controlling_tty)
+    os.close(slave)
+    old_winch = signal.signal(signal.SIGWINCH, lambda *_: _copy_winsize(sys.stdin.fileno(), master))
+    stdin = sys.stdin.fileno()
+    saved = termios.tcgetattr(stdin)
+    timed_out = False
+    try:
+        tty.setraw(stdin)
+        with open(log_path, "wb") as log:
+            timed_out = _proxy(proc, master, stdin, log, deadline, grace, stop)
+    finally:
+        termios.tcsetattr(stdin, termios.TCSAFLUSH, saved)
+        signal.signal(signal.SIGWINCH, old_winch)
+        os.close(master)
+    proc.wait()
+    return proc, (str(log_path),), timed_out
+
+
+def _proxy(
+    proc: subprocess.Popen[bytes], master: int, stdin: int, log: BinaryIO,
+    deadline: float | None, grace: float, stop: _Stop,
+) -> bool:
+    timed_out = False
+    inputs = [master, stdin]
+    while master in inputs:
+        if proc.poll() is None and _must_stop(proc, deadline, stop, grace):
+            timed_out = True
+        try:
+            ready, _, _ = select.select(inputs, [], [], 0.05)
+        except InterruptedError:
+            continue
+        if master in ready:
+            data = _read(master)
+            if not data:
+                break
+            _log(log, data)
+            os.write(sys.stdout.fileno(), data)
+        if stdin in ready:
+            data = os.read(stdin, 4096)
+            if data:
+                os.write(master, data)
+            else:
+                inputs.remove(stdin)
+        if proc.poll() is not None and not select.select([master], [], [], 0)[0]:
+            break
+    return timed_out
+
+
+def _copy_winsize(src: int, dst: int) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(dst, termios.TIOCSWINSZ, fcntl.ioctl(src, termios.TIOCGWINSZ, b"\0" * 8))

@@ -1,0 +1,87 @@
+"""`ccm-guard demo`: a throwaway repository and two scripted agents, one good and one not."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import click
+
+from ccm_guard import git
+from ccm_guard.run.exec import ExecOptions, exec_task
+from ccm_guard.state.registry import Registry
+from ccm_guard.detect.verdict import render
+
+GOOD_AGENT = """#!/bin/sh
+# A well-behaved agent: edits a file and commits it.
+set -e
+printf 'def greet(name):\\n    return f"Hello, {name}!"\\n' > greet.py
+git add greet.py
+git -c user.name="Demo Agent" -c user.email=agent@example.com commit -q -m "Add greet()"
+echo "agent: committed greet.py"
+"""
+
+BAD_AGENT = """#!/bin/sh
+# A misbehaving agent: commits, but leaves work uncommitted, plants a hook in the shared
+# .git/hooks (code that would run on your next commit) and moves your main branch.
+set -e
+echo "print('more')" >> greet.py 2>/dev/null || echo "print('more')" > greet.py
+git add greet.py
+git -c user.name="Demo Agent" -c user.email=agent@example.com commit -q -m "Tweak greet"
+echo "half-finished" > notes.txt
+common=$(git rev-parse --git-common-dir)
+printf '#!/bin/sh\\necho pwned\\n' > "$common/hooks/pre-commit"
+chmod +x "$common/hooks/pre-commit"
+git update-ref refs/heads/main HEAD
+echo "agent: done (and up to no good)"
+"""
+
+
+def _make_repo(root: Path) -> Path:
+    repo = root / "project"
+    repo.mkdir()
+    env = {**git.environment(None), "GIT_AUTHOR_NAME": "Demo", "GIT_AUTHOR_EMAIL": "demo@example.com",
+           "GIT_COMMITTER_NAME": "Demo", "GIT_COMMITTER_EMAIL": "demo@example.com"}
+    (repo / "README.md").write_text("# demo project\n")
+    (repo / "app.py").write_text("print('hello')\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Initial commit"]):
+        subprocess.run([git.binary(), *args], cwd=repo, env=env, check=True)
+    for name, text in (("good-agent.sh", GOOD_AGENT), ("bad-agent.sh", BAD_AGENT)):
+        path = root / name
+        path.write_text(text)
+        path.chmod(0o755)
+    return repo
+
+
+def run_demo(keep: bool) -> int:
+    root = Path(tempfile.mkdtemp(prefix="ccm-guard-demo-"))
+    previous_home = os.environ.get("CCM_GUARD_HOME")
+    os.environ["CCM_GUARD_HOME"] = str(root / "state")  # never the person's ~/.ccm
+    try:
+        repo = _make_repo(root)
+        registry = Registry()
+        outcomes = []
+        for label, script, task in (("a well-behaved agent", "good-agent.sh", "demo-good"),
+                                    ("a misbehaving agent", "bad-agent.sh", "demo-bad")):
+            click.secho(f"\n=== ccm-guard exec -- ./{script}   ({label}) ===", bold=True)
+            verdict = exec_task(ExecOptions(command=[str(root / script)], start=repo, task=task, terminal=False),
+                                registry)
+            click.echo(render(verdict))
+            outcomes.append(int(verdict.exit_code))
+        expected = outcomes[0] == 0 and outcomes[1] != 0
+        click.secho(
+            "\ndemo: the good agent passed and the bad one was caught." if expected
+            else f"\ndemo: unexpected outcome {outcomes}: please report this.", fg="green" if expected else "red")
+        if keep:
+            click.echo(f"demo files kept in {root}")
+        return 0 if expected else 1
+    finally:
+        if previous_home is None:
+            os.environ.pop("CCM_GUARD_HOME", None)
+        else:
+            os.environ["CCM_GUARD_HOME"] = previous_home
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)

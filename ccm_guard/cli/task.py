@@ -1,0 +1,256 @@
+"""`ccm-guard task ...`: what ran, and what to do with it now."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ccm_guard.cli import CONTEXT, handled, main, run_options
+from ccm_guard.errors import EXIT_CODE_TABLE
+
+
+def _task_command(name: str, *params: Callable[[Any], Any], json_flag: bool = True,
+                  epilog: str | None = None) -> Callable[[Callable[..., None]], Any]:
+    """`ccm-guard task NAME TASK [params] [--json]`, the shape of every command on one task."""
+    def wrap(fn: Callable[..., None]) -> Any:
+        fn = handled(fn)
+        if json_flag:
+            fn = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
+        for param in reversed(params):
+            fn = param(fn)
+        return task.command(name, context_settings=CONTEXT, epilog=epilog)(click.argument("task_id", metavar="TASK")(fn))
+    return wrap
+
+
+def _emit(data: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
+
+
+@main.group(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+def task() -> None:
+    """The task registry: what ran, where, and what to do with its work.
+
+    \b
+    Lifecycle: PENDING -> CREATED -> ACTIVE -> COMMITTED -> APPLIED | DISCARDED -> CLEANED_UP,
+    with BLOCKED (the agent asked a question), ERRORED (gates failed) and ROLLED_BACK.
+
+    \b
+      ccm-guard task show T          status, divergence from the target, snapshots
+      ccm-guard task diff T          the change against its base, uncommitted work included
+      ccm-guard task apply T         merge into your branch without touching a work tree
+      ccm-guard task discard T       archive everything, then remove worktree and branch
+      ccm-guard task restore T       bring a discarded task back
+      ccm-guard task rollback T      worktree back to base (or an applied task's target back)
+    """
+
+
+@task.command("list", context_settings=CONTEXT)
+@click.option("--all", "show_all", is_flag=True, help="Include tasks that were applied, discarded or cleaned up.")
+@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
+@handled
+def task_list(show_all: bool, as_json: bool) -> None:
+    """List tasks (live ones unless --all)."""
+    from ccm_guard.state.registry import Registry
+
+    tasks = Registry().list(live_only=not show_all)
+    if as_json:
+        click.echo(json.dumps([t.to_json() for t in tasks], indent=2))
+        return
+    if not tasks:
+        click.echo("no tasks" + ("" if show_all else " (--all shows finished ones)"))
+        return
+    click.echo(f"{'TASK':28} {'STATUS':11} {'BASE':12} {'BRANCH':36} WORKTREE")
+    for t in tasks:
+        status = t.status + ("?" if t.abandoned else "")
+        click.echo(f"{t.id:28} {status:11} {t.base[:12]:12} {t.branch:36} {t.worktree}")
+
+
+@_task_command("show")
+def task_show(task_id: str, as_json: bool) -> None:
+    """One task: status, base, paths, last verdict, divergence from its target, snapshots.
+
+    Divergence is computed in the object store (no work tree is touched): how many commits
+    the task and the target each have since the base, and which paths an apply would
+    conflict in. An apply or run that ccm-guard was killed in the middle of is explained
+    (and an apply that had landed is recorded).
+    """
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.ops import describe
+
+    registry = Registry()
+    t = registry.get(task_id)
+    extra = describe(registry, t)
+    t = registry.get(task_id)
+    if as_json:
+        click.echo(json.dumps({**t.to_json(), **extra}, indent=2))
+        return
+    for name in ("id", "status", "branch", "base", "main_worktree", "worktree", "admin_dir", "log_dir"):
+        click.echo(f"{name + ':':15} {getattr(t, name)}")
+    click.echo(f"{'command:':15} {' '.join(json.loads(t.command))}")
+    if extra.get("repaired"):
+        click.echo(f"{'repaired:':15} {extra['repaired']}")
+    if t.abandoned:
+        click.echo(f"{'note:':15} the ccm-guard process that ran this task (pid {t.pid}) is gone; the worktree "
+                   f"is kept: `ccm-guard audit {t.id}` judges it, `ccm-guard gc` marks it ERRORED")
+    if not extra["worktree_present"] and t.status not in ("DISCARDED", "CLEANED_UP"):
+        click.echo(f"{'note:':15} the worktree is gone; `ccm-guard gc` repairs the registry")
+    if t.verdict:
+        v = json.loads(t.verdict)
+        failed = [g["name"] for g in v["gates"] if g["status"] in ("fail", "skipped")]
+        click.echo(f"{'verdict:':15} {v['outcome']}" + (f" (failed: {', '.join(failed)})" if failed else ""))
+        if v.get("question"):
+            click.echo(f"{'question:':15} {v['question'][:300]!r}")
+    div = extra.get("divergence")
+    if div:
+        state = "already applied" if div["applied"] else (
+            f"apply would conflict in {len(div['conflicts'])} path(s): {', '.join(sorted(div['conflicts']))}"
+            if div["conflicts"] else "applies cleanly")
+        click.echo(f"{'divergence:':15} task +{div['task_commits']}, {div['target']} +{div['target_commits']} "
+                   f"since the base; {state}")
+    for key, label in (("applied", "applied:"), ("archive", "archive:")):
+        value = t.option(key)
+        if value:
+            click.echo(f"{label:15} {value.get('target') or value.get('ref')} {str(value.get('new') or '')[:12]}")
+    if extra.get("snapshots"):
+        click.echo(f"{'snapshots:':15} " + ", ".join(f"{n}={sha[:12]}" for n, sha in extra["snapshots"].items()))
+
+
+@_task_command("diff", json_flag=False)
+def task_diff(task_id: str) -> None:
+    """The task's change against its base, as `git diff` shows it (uncommitted work included)."""
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.ops import diff
+
+    click.echo(diff(Registry(), task_id), nl=False)
+
+
+@_task_command(
+    "apply",
+    click.option("--into", metavar="REF", help="Where to land: a local branch, REMOTE/BRANCH, or a repository path "
+                 "(pushed to). Default: the branch checked out where exec ran."),
+    click.option("--strategy", type=click.Choice(["merge", "squash", "ff"]), default="merge", show_default=True,
+                 help="merge: a merge commit; squash: one commit on the target; ff: fast-forward only."),
+    click.option("--retries", type=click.IntRange(1, 100), default=10, show_default=True,
+                 help="For a remote target: how often to fetch, rebuild and push again when another push won."),
+    click.option("--cleanup", is_flag=True,
+                 help="Then remove the task's worktree and branch (the work is in the target)."),
+    epilog=EXIT_CODE_TABLE)
+def task_apply(task_id: str, into: str | None, strategy: str, retries: int, cleanup: bool, as_json: bool) -> None:
+    """Land a task that passed its gates (COMMITTED) on a branch, touching no work tree.
+
+    The result is computed in the object store (git merge-tree), committed with trailers
+    naming the task, and the target is moved with compare-and-swap, recomputed if another
+    apply won the race. A target checked out in a clean worktree is brought up to date; if
+    that checkout has uncommitted changes, or the merge conflicts, nothing changes (exit 8).
+    """
+    from ccm_guard.worktree.apply import apply_task, render
+    from ccm_guard.state.registry import Registry
+
+    registry = Registry()
+    applied = apply_task(registry, task_id, into, strategy, retries).to_json()
+    data: dict[str, Any] = {"applied": applied}
+    if cleanup:
+        from ccm_guard.worktree.ops import discard
+
+        data["cleanup"] = discard(registry, task_id)
+    lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render(applied))]
+    if cleanup:
+        gone = "the worktree went back to the warm pool" if data["cleanup"]["to_pool"] else "removed the worktree"
+        lines.append(f"  {gone}, and the branch (archive: {data['cleanup']['archive']})")
+    lines += ["  next:", f"    review: git log -p {applied['old'][:12]}..{applied['new'][:12]}",
+              f"    undo:   ccm-guard task rollback {task_id}"]
+    if not cleanup:
+        lines.append(f"    clean up: ccm-guard task discard {task_id}")
+    _emit(data, as_json, lines)
+
+
+@_task_command("discard")
+def task_discard(task_id: str, as_json: bool) -> None:
+    """Archive all of the task's work, committed and not, under refs/ccm-guard/archive/<task>,
+    then remove its worktree and branch. `task restore` brings it back."""
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.ops import discard
+
+    result = discard(Registry(), task_id)
+    lines = [f"ccm-guard: discarded task {task_id}"]
+    lines.append(f"  archive: {result['archive']}" if result["archive"] else "  no work to archive")
+    if result["to_pool"]:
+        lines.append("  the worktree went back to the warm pool (reset and cleaned after this command)")
+    if result["restore"]:
+        lines.append(f"  undo: {result['restore']}")
+    _emit(result, as_json, lines)
+
+
+@_task_command("restore")
+def task_restore(task_id: str, as_json: bool) -> None:
+    """Bring a discarded task back from its archive: its worktree, its branch, and its
+    uncommitted work as uncommitted changes."""
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.ops import restore
+
+    result = restore(Registry(), task_id)
+    _emit(result, as_json, [f"ccm-guard: restored task {task_id} in {result['worktree']} on {result['branch']}"
+                            + (" (with its uncommitted work)" if result["uncommitted_work"] else "")])
+
+
+@_task_command(
+    "rollback",
+    click.option("--to-snapshot", type=int, metavar="N", help="Back to snapshot N (`task show` lists them)."),
+    click.option("--file", "path", metavar="PATH", help="Only this file, back to the base (relative to the worktree)."),
+    epilog=EXIT_CODE_TABLE)
+def task_rollback(task_id: str, to_snapshot: int | None, path: str | None, as_json: bool) -> None:
+    """Undo a task's work: the worktree back to its base, to a snapshot, or one file.
+
+    The current state is saved as a snapshot first, so a rollback loses nothing. For an
+    APPLIED task, the target goes back to its pre-apply commit if nothing landed on it
+    since (compare-and-swap), else a revert commit keeps the later work.
+    """
+    from ccm_guard.errors import UsageError
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.ops import rollback
+
+    if to_snapshot is not None and path is not None:
+        raise UsageError("--to-snapshot and --file do not go together: pick one")
+    result = rollback(Registry(), task_id, to_snapshot, path)
+    lines = [f"ccm-guard: rolled back task {task_id}: " + ", ".join(f"{k} {v}" for k, v in result.items()
+                                                                  if k != "task")]
+    _emit(result, as_json, lines)
+
+
+@_task_command("snapshot")
+def task_snapshot(task_id: str, as_json: bool) -> None:
+    """Save the worktree as it is (commits and uncommitted work) as the task's next
+    snapshot, refs/ccm-guard/snapshots/<task>/<n>."""
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.ops import take_snapshot
+
+    result = take_snapshot(Registry(), task_id)
+    _emit(result, as_json, [f"ccm-guard: snapshot {result['snapshot']} of task {task_id}: {result['commit'][:12]}"
+                            + (" (with uncommitted work)" if result["uncommitted"] else "")])
+
+
+@_task_command("resume", run_options, click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
+               epilog=EXIT_CODE_TABLE)
+def task_resume(task_id: str, timeout: float | None, grace: float, keep_env: tuple[str, ...], terminal: bool | None,
+                sandbox_mode: str, no_network: bool, agent: str | None, as_json: bool,
+                command: tuple[str, ...]) -> None:
+    """Run COMMAND again in a BLOCKED task's worktree, judged like an exec of the same task.
+
+    The agent's question.json is moved to the task's log directory first. The options
+    mean what they mean for `exec`.
+    """
+    from ccm_guard.run.exec import ExecOptions
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.detect.verdict import render, to_json
+    from ccm_guard.run.resume import resume_task
+
+    opts = ExecOptions(command=list(command), start=Path.cwd(), timeout=timeout, grace=grace, keep_env=keep_env,
+                       terminal=False if as_json and terminal is None else terminal, json_stdout=as_json,
+                       sandbox=sandbox_mode, no_network=no_network, agent=agent)
+    verdict = resume_task(Registry(), task_id, opts)
+    click.echo(to_json(verdict) if as_json else render(verdict))
+    sys.exit(int(verdict.exit_code))

@@ -1,0 +1,178 @@
+"""What a gate sees of a run, what it reports, and when git may no longer be run.
+
+A gate gets a Context (pinned paths, the two snapshots and their delta, the person's
+checkout before and after) and returns Findings, or raises Skipped when it cannot judge
+(git refused on a tampered repository).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from concurrent.futures import Future
+from typing import Callable, Mapping, TypeVar
+
+from ccm_guard.git import config as configfile
+from ccm_guard import git
+from ccm_guard.detect.delta import Delta
+from ccm_guard.errors import GitError, UntrustedRepoError
+from ccm_guard.detect.paths import PathChange, from_raw, from_status
+from ccm_guard.policy import Role
+from ccm_guard.detect.snapshot import Entry, Pins, Snapshot
+
+FAIL = "fail"
+WARN = "warn"
+_GONE = Entry("-", 0, "")
+MAX_PATHS = 20  # per finding in the human verdict; --json has them all
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    gate: str
+    reason: str
+    paths: tuple[str, ...] = ()
+    severity: str = FAIL
+
+
+class Skipped(Exception):
+    """The gate could not judge; the reason says why (and the verdict fails)."""
+
+
+@dataclasses.dataclass
+class Context:
+    pins: Pins
+    repo: git.Repo  # the task's worktree, pinned; `untrusted` once metadata was tampered with
+    base: str
+    before: Snapshot
+    after: Snapshot
+    delta: Delta
+    main_files_before: Mapping[str, str] | None  # the person's dirty/untracked files -> identity
+    main_files_after: Mapping[str, str] | None
+    other_tasks: Mapping[str, str]  # admin dir name -> branch ref, of the other registered tasks
+    leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
+    # The task worktree's status (ignored paths included), when it was read ahead in parallel.
+    task_status: Future[list[git.StatusEntry]] | None = None
+    role: Role | None = None  # the role whose path rules and limits apply (None: no policy)
+    # Ref moves other ccm-guard processes made and recorded in the registry (applies and
+    # rollbacks, as (ref, old, new)): the registry is out of the agent's reach.
+    ccm_moves: tuple[tuple[str, str, str], ...] = ()
+
+    def status(self) -> list[git.StatusEntry]:
+        if self.task_status is None:
+            self.task_status = Future()
+            try:
+                self.task_status.set_result(git.status(self.repo, ignored=True))
+            except Exception as exc:
+                self.task_status.set_exception(exc)
+        return git_or_skip(self.task_status.result)
+
+    @functools.cached_property
+    def path_changes(self) -> list[PathChange]:
+        """Every path the run changed: commit by commit, then what is left in the work tree."""
+        head = self.head
+        committed = git.commit_changes(self.repo, self.base, head) if head and head != self.base else []
+        return from_raw(committed) + from_status(self.status(), self.pins.worktree)
+
+    @property
+    def head(self) -> str | None:
+        value = self.after.refs.get(self.pins.branch_ref)
+        return value if plain(value) else None
+
+    @functools.cached_property
+    def tasks_at_work(self) -> set[str]:
+        """Other tasks (admin dir names) running now, or whose state changed since this run's
+        first snapshot (finished, cleaned up or applied meanwhile)."""
+        from pathlib import Path
+
+        from ccm_guard.state.registry import RUNNING, Registry
+
+        found: set[str] = set()
+        try:
+            registry = Registry()
+            try:
+                for task in registry.list(repo=str(self.pins.common_dir), live_only=False):
+                    if task.status in RUNNING or task.updated_at >= self.before.taken_at:
+                        found.add(Path(task.admin_dir or task.worktree).name)
+            finally:
+                registry.close()
+        except Exception:
+            found = set(self.other_tasks)  # no registry to ask: excuse them, as their own gates judge them
+        return found
+
+    @functools.cached_property
+    def config_changes(self) -> dict[str, list[configfile.ConfigChange]]:
+        """Key-by-key changes of every changed config file (parsing runs no code)."""
+        found = {}
+        for change in self.delta.files:
+            name = change.key.rsplit("/", 1)[-1]
+            if change.key.startswith(("include/", "hostconfig/")) or (
+                    change.key.startswith("common/") and name in ("config", "config.worktree")):
+                old, new = self.before.contents.get(change.key), self.after.contents.get(change.key)
+                if new is None and self.after.files.get(change.key, _GONE).kind == "f":
+                    # Too large to read (snapshot.CONFIG_LIMIT): git reads it all the same.
+                    found[change.key] = [configfile.ConfigChange("(config file too large to read)", (), ("?",), True)]
+                    continue
+                found[change.key] = configfile.diff(old, new)
+        return found
+
+    @functools.cached_property
+    def forged_packs(self) -> list[str]:
+        """New packs that took loose objects but do not verify (an honest gc's always do)."""
+        objs = self.delta.objects
+        if not objs.repacked:
+            return []
+        return [p for p in objs.new_packs if not git.verify_pack(self.pins.common_dir / "objects" / p)]
+
+    @functools.cached_property
+    def commit_graph_ok(self) -> bool:
+        """A rewritten commit-graph is what `git gc` leaves, if it describes the real commits."""
+        try:
+            return git.verify_commit_graph(self.repo)
+        except GitError:
+            return False
+
+    def ignored_worktree(self, key: str) -> bool:
+        """Another registered task's admin dir: that task's own gates judge it."""
+        parts = key.split("/")
+        return len(parts) > 2 and parts[1] == "worktrees" and parts[2] in self.other_tasks
+
+
+def untrusted_reason(ctx: Context) -> str | None:
+    """Why ccm-guard must not run git on this repository any more, if it must not."""
+    for key, changes in ctx.config_changes.items():
+        if ctx.ignored_worktree(key) or key.startswith("hostconfig/"):
+            continue  # (ccm-guard's own git reads no global config)
+        dangerous = [c.key for c in changes if c.dangerous and not c.ccm_guard_setup]
+        if dangerous or key.startswith("include/"):
+            return f"{display(key)} gained keys that run code or steer git ({', '.join(dangerous) or 'include'})"
+    # git reads a worktree's `commondir` itself for its refs, whatever GIT_COMMON_DIR says,
+    # and `gitdir` when removing it; alternates, shallow and rewritten objects change what
+    # history it sees.
+    own = f"common/worktrees/{ctx.pins.admin_name}/"
+    for key in ("common/objects/info/alternates", "common/shallow", "pointer", own + "commondir", own + "gitdir"):
+        if ctx.delta.changed(key):
+            return f"{display(key)} was changed"
+    if ctx.delta.objects.altered or ctx.delta.objects.removed or ctx.forged_packs:
+        return "existing objects were rewritten or removed"
+    return None
+
+
+def plain(value: str | None) -> bool:
+    """A ref's snapshot value is a plain object id (not a symref, nor "unreadable ...")."""
+    return value is not None and len(value) >= 40 and " " not in value
+
+
+def display(key: str) -> str:
+    if key == "pointer":
+        return ".git (the worktree's pointer file)"
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+T = TypeVar("T")
+
+
+def git_or_skip(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except UntrustedRepoError as exc:
+        raise Skipped(exc.message) from exc

@@ -1,0 +1,116 @@
+"""What changed between two snapshots, sorted by who may change it.
+
+A normal run changes little: new objects, the task's own branch and reflog, its own
+admin dir's index/HEAD/logs. The person (or another task) may change their own state
+concurrently; that is told apart from the agent's where git allows and otherwise
+reported as a warning. Everything else is the agent's and a finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from pathlib import Path
+
+from ccm_guard.detect import objects
+from ccm_guard.detect.snapshot import Pins, Snapshot
+
+
+class Owner(enum.Enum):
+    OWN = "own"  # the task's normal work
+    IN_PROGRESS = "in-progress"  # an operation left half-done in the task's admin dir
+    MAIN = "main"  # the person's checkout state (judged by main-checkout)
+    OTHER_WORKTREE = "other-worktree"  # another worktree's everyday state
+    REFLOG = "reflog"  # judged together with the ref it logs
+    CONTROL = "control"  # everything that steers git: the agent may not touch it
+
+
+# Files every git operation in a worktree may rewrite.
+_EVERYDAY = {"index", "logs/HEAD", "COMMIT_EDITMSG", "ORIG_HEAD", "AUTO_MERGE", "FETCH_HEAD"}
+# State an interrupted merge/rebase/cherry-pick/bisect leaves behind.
+_IN_PROGRESS = re.compile(
+    r"^(MERGE_(HEAD|MSG|MODE|RR|AUTOSTASH)|CHERRY_PICK_HEAD|REVERT_HEAD|REBASE_HEAD|BISECT_\w+"
+    r"|rebase-merge(/.*)?|rebase-apply(/.*)?|sequencer(/.*)?|index\.lock|HEAD\.lock|refs/bisect(/.*)?)$"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileChange:
+    key: str  # "common/<rel>", "pointer" or "include/<abs path>"
+    change: str  # "added", "removed", "modified"
+    owner: Owner
+
+
+@dataclasses.dataclass(frozen=True)
+class RefChange:
+    ref: str
+    before: str | None
+    after: str | None
+
+
+@dataclasses.dataclass
+class Delta:
+    files: list[FileChange]
+    refs: list[RefChange]
+    objects: objects.ObjectDelta
+    main_prefix: str  # where the person's checkout keeps HEAD and index ("common/" ...)
+
+    def of(self, *owners: Owner) -> list[FileChange]:
+        return [c for c in self.files if c.owner in owners]
+
+    def changed(self, key: str) -> bool:
+        return any(c.key == key for c in self.files)
+
+
+def compare(before: Snapshot, after: Snapshot, pins: Pins, main_git_dir: Path) -> Delta:
+    main_prefix = _prefix_of(main_git_dir, pins.common_dir)
+    files = []
+    for key in sorted(set(before.files) | set(after.files)):
+        old, new = before.files.get(key), after.files.get(key)
+        if old == new:
+            continue
+        # "-": a watched file outside the repository (snapshot._record) that does not exist.
+        change = ("added" if old is None or old.kind == "-" else "removed" if new is None or new.kind == "-"
+                  else "modified")
+        files.append(FileChange(key, change, classify(key, change, pins, main_prefix)))
+    refs = [
+        RefChange(ref, before.refs.get(ref), after.refs.get(ref))
+        for ref in sorted(set(before.refs) | set(after.refs))
+        if before.refs.get(ref) != after.refs.get(ref)
+    ]
+    objs = objects.compare(pins.common_dir / "objects", before.objects, after.objects)
+    return Delta(files, refs, objs, main_prefix)
+
+
+def _prefix_of(git_dir: Path, common: Path) -> str:
+    if git_dir == common:
+        return "common/"
+    return f"common/{git_dir.relative_to(common).as_posix()}/"
+
+
+def classify(key: str, change: str, pins: Pins, main_prefix: str) -> Owner:
+    if not key.startswith("common/"):
+        return Owner.CONTROL  # the .git pointer file, include targets
+    rel = key[len("common/"):]
+    if rel.startswith("lfs/objects/") and change == "added":
+        return Owner.OWN  # git-lfs content is added like objects are
+    own = f"worktrees/{pins.admin_name}/"
+    if rel.startswith(own):
+        sub = rel[len(own):]
+        if sub in _EVERYDAY or sub.startswith("logs/") or sub == "HEAD":
+            return Owner.OWN  # HEAD itself is judged by head checks, not here
+        return Owner.IN_PROGRESS if _IN_PROGRESS.match(sub) else Owner.CONTROL
+    if key.startswith(main_prefix):
+        sub = key[len(main_prefix):]
+        if sub in _EVERYDAY or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub in ("gc.pid", "gc.log"):
+            return Owner.MAIN
+    if rel.startswith("worktrees/"):
+        parts = rel.split("/", 2)
+        sub = parts[2] if len(parts) > 2 else ""
+        if sub in _EVERYDAY or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub.startswith("logs/"):
+            return Owner.OTHER_WORKTREE
+        return Owner.CONTROL
+    if rel.startswith("logs/refs/"):
+        return Owner.REFLOG
+    return Owner.CONTROL

@@ -1,0 +1,239 @@
+"""The hygiene gates: small functions from a run's before/after to findings.
+
+Each has a stable id (its key in GATES), gives a one-line reason and the paths involved
+per finding, and is one function and one line in GATES. Here: the task's own tree,
+commits, paths, limits and processes; refs, git metadata and the person's checkout are
+in stategates.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ccm_guard import git
+from ccm_guard.detect.context import FAIL, WARN, Context, Finding, Skipped, git_or_skip, plain
+from ccm_guard.detect.paths import PathChange
+from ccm_guard.errors import GitError
+from ccm_guard.detect.snapshot import read_nofollow
+from ccm_guard.detect.gates.repo import git_metadata, main_checkout, refs_untouched
+
+
+def clean_tree(ctx: Context) -> list[Finding]:
+    entries = ctx.status()
+    findings = _hidden_by_new_ignore_rules(ctx, [e.path for e in entries if e.code == "!!"])
+    dirty = [e.path for e in entries if e.code not in ("??", "!!")]
+    untracked = [e.path for e in entries if e.code == "??"]
+    if dirty:
+        findings.append(Finding("clean-tree", f"{len(dirty)} tracked file(s) changed but not committed", tuple(dirty)))
+    if untracked:
+        findings.append(Finding("clean-tree", f"{len(untracked)} untracked file(s) left behind", tuple(untracked)))
+    return findings
+
+
+def _hidden_by_new_ignore_rules(ctx: Context, ignored: list[str]) -> list[Finding]:
+    """Ignored files are build output, unless an ignore file the run changed hides them."""
+    rules = git_or_skip(lambda: git.check_ignore(ctx.repo, ignored))
+    changed: dict[str, bool] = {}
+    hidden: list[str] = []
+    culprits: list[str] = []
+    for rule in rules:
+        if rule.source.startswith("/") or rule.source.startswith(".git/"):
+            continue  # info/exclude and friends are git metadata, judged by git-metadata
+        if rule.source not in changed:
+            changed[rule.source] = git.blob_at(ctx.repo, ctx.base, rule.source) != git.hash_file(ctx.repo, rule.source)
+        if changed[rule.source]:
+            hidden.append(rule.path)
+            culprit = f"{rule.source}:{rule.line} {rule.pattern}"
+            culprits += [] if culprit in culprits else [culprit]
+    if not hidden:
+        return []
+    return [Finding("clean-tree", f"{len(hidden)} file(s) hidden by ignore rules this run changed "
+                    f"({'; '.join(culprits[:5])})", tuple(hidden))]
+
+
+def new_commit(ctx: Context) -> list[Finding]:
+    head = ctx.head
+    if head is None:
+        return [Finding("new-commit", f"branch {ctx.pins.branch} is gone or no longer a plain branch", (ctx.pins.branch_ref,))]
+    if head == ctx.base:
+        return [Finding("new-commit", f"no new commit on {ctx.pins.branch}: the agent must commit its work")]
+    if not git_or_skip(lambda: git.is_ancestor(ctx.repo, ctx.base, head)):
+        return [Finding("new-commit", f"{ctx.pins.branch} was rewritten: the base {ctx.base[:12]} is no longer in its history")]
+    return []
+
+
+def head_frozen(ctx: Context) -> list[Finding]:
+    findings = []
+    if ctx.after.refs.get(ctx.pins.branch_ref) != ctx.before.refs.get(ctx.pins.branch_ref):
+        findings.append(Finding("head-frozen", f"read-only run moved {ctx.pins.branch}", (ctx.pins.branch_ref,)))
+    head_key = f"common/worktrees/{ctx.pins.admin_name}/HEAD"
+    if ctx.delta.changed(head_key):
+        findings.append(Finding("head-frozen", "read-only run changed the worktree's HEAD", (head_key[7:],)))
+    return findings
+
+
+def path_policy(ctx: Context) -> list[Finding]:
+    """Every changed path against the role's allow/forbid rules, symlinks, gitlinks, twins."""
+    if ctx.role is None:
+        return []
+    from ccm_guard.detect.paths import check, link_targets
+    from ccm_guard.policy.rules import Rules
+
+    changes = git_or_skip(lambda: ctx.path_changes)
+    if not changes:
+        return []
+    target = git_or_skip(lambda: link_targets(ctx.repo, changes, ctx.pins.worktree))
+
+    def final_paths() -> list[str]:
+        tracked = git.tree_paths(ctx.repo, ctx.head) if ctx.head else []
+        return tracked + [c.path for c in changes if c.status == "?"]
+
+    rules = Rules(ctx.role.allow, ctx.role.forbid)
+    return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
+            for v in check(changes, rules, target, final_paths)] + _policy_table_edits(ctx, changes) \
+        + host_code(changes)
+
+
+def _policy_table_edits(ctx: Context, changes: list[PathChange]) -> list[Finding]:
+    """pyproject.toml may be the agent's to change, but its [tool.ccm-guard] table is the
+    repository's policy (the next run's rules): changing that is changing the policy."""
+    if not any(c.path == "pyproject.toml" for c in changes):
+        return []
+    from ccm_guard.policy import POLICY_TABLE_FILE, policy_table
+
+    before = policy_table(git.file_at(ctx.repo, ctx.base, POLICY_TABLE_FILE))
+    versions = [("committed", git.file_at(ctx.repo, ctx.head, POLICY_TABLE_FILE) if ctx.head else None),
+                ("in the work tree", read_nofollow(ctx.pins.worktree / POLICY_TABLE_FILE))]
+    for where, data in versions:
+        if policy_table(data) != before:
+            return [Finding("path-policy", f"{POLICY_TABLE_FILE}: its [tool.ccm-guard] table, the repository's policy, "
+                            f"was changed ({where}); only the person changes the policy", (POLICY_TABLE_FILE,))]
+    return []
+
+
+def limits(ctx: Context) -> list[Finding]:
+    """The role's limits: the largest file, bytes added, files changed, commits made."""
+    if ctx.role is None:
+        return []
+    from ccm_guard.detect.paths import measure
+
+    lim = ctx.role.limits
+    head = ctx.head
+    commits = len(git_or_skip(lambda: git.commits(ctx.repo, ctx.base, head))) if head and head != ctx.base else 0
+    fig = git_or_skip(lambda: measure(ctx.path_changes, commits, ctx.repo, ctx.pins.worktree))
+    checks = [
+        (lim.max_file_bytes, fig.largest[0], f"the largest file, {fig.largest[1]!r}, has {fig.largest[0]} bytes",
+         (fig.largest[1],)),
+        (lim.max_added_bytes, fig.added_bytes, f"the run added {fig.added_bytes} bytes", ()),
+        (lim.max_files, fig.files, f"the run changed {fig.files} files", ()),
+        (lim.max_commits, fig.commits, f"the run made {fig.commits} commits", ()),
+    ]
+    return [Finding("limits", f"{what}; the limit is {limit}", paths)
+            for limit, value, what, paths in checks if limit is not None and value > limit]
+
+
+# Project files that tools run by themselves, or that the person is likely to run, once
+# the work is merged: CI, hook managers, direnv, editors' tasks, test and build runners.
+# A role may allow them (an implementor may fix CI); the reviewer is told all the same.
+_RUN_BY_NAME = frozenset({
+    ".envrc", ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml",
+    "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
+    "pytest.ini", "Makefile", "makefile", "GNUmakefile", "build.rs", "package.json", ".npmrc",
+    ".yarnrc", ".yarnrc.yml", "Rakefile", "Jenkinsfile", ".gitlab-ci.yml", ".travis.yml",
+    "azure-pipelines.yml", "justfile", "Taskfile.yml",
+})
+_RUN_BY_DIR = (".github/workflows/", ".circleci/", ".husky/", ".githooks/", ".vscode/", ".idea/", ".cargo/",
+               ".devcontainer/", ".ci/", ".buildkite/")
+
+
+def host_code(changes: list[PathChange]) -> list[Finding]:
+    """Part of path-policy: executable project content (warned, whatever the role allows), and
+    git repositories smuggled in as plain files (failed: git run inside one obeys its config)."""
+    paths = sorted({c.path for c in changes if c.status != "D"})
+    runs = [p for p in paths if p.rsplit("/", 1)[-1] in _RUN_BY_NAME or p.endswith(".pth")
+            or any(p.startswith(d) or f"/{d}" in p for d in _RUN_BY_DIR)]
+    findings = []
+    repos = _embedded_repositories(paths)
+    if repos:
+        findings.append(Finding("path-policy", f"{len(repos)} git repositor{'y' if len(repos) == 1 else 'ies'} "
+                                "added as plain files: git run inside one runs its config's programs", tuple(repos)))
+    if runs:
+        findings.append(Finding("path-policy", f"{len(runs)} file(s) that tools run by themselves (CI, hooks, direnv, "
+                                "test or build runners) changed: review them before running anything", tuple(runs), WARN))
+    return findings
+
+
+def _embedded_repositories(paths: list[str]) -> list[str]:
+    """Directories that git would take for a repository: HEAD beside objects/ and refs/."""
+    present = set(paths)
+    found = []
+    for path in paths:
+        if path.rsplit("/", 1)[-1] != "HEAD":
+            continue
+        top = path[: -len("HEAD")]
+        if any(p.startswith(top + "objects/") for p in present) and any(p.startswith(top + "refs/") for p in present):
+            found.append(top.rstrip("/") or ".")
+    return found
+
+
+def processes(ctx: Context) -> list[Finding]:
+    if not ctx.leftovers:
+        return []
+    return [Finding("processes", f"{len(ctx.leftovers)} process(es) the agent started were still running and were killed",
+                    ctx.leftovers)]
+
+
+Gate = Callable[[Context], list[Finding]]
+GATES: dict[str, Gate] = {
+    "processes": processes,
+    "git-metadata": git_metadata,
+    "refs-untouched": refs_untouched,
+    "main-checkout": main_checkout,
+    "new-commit": new_commit,
+    "head-frozen": head_frozen,
+    "path-policy": path_policy,
+    "limits": limits,
+    "clean-tree": clean_tree,
+}
+
+
+def select(read_only: bool, require_commit: bool, with_policy: bool = True) -> list[str]:
+    """The gates a run's role and options ask for, in the order they are reported."""
+    names = ["processes", "git-metadata", "refs-untouched", "main-checkout"]
+    if read_only:
+        names.append("head-frozen")
+    elif require_commit:
+        names.append("new-commit")
+    if with_policy:
+        names += ["path-policy", "limits"]
+    names.append("clean-tree")
+    return names
+
+
+@dataclasses.dataclass(frozen=True)
+class GateResult:
+    name: str
+    status: str  # "pass", "fail", "warn", "skipped"
+    findings: tuple[Finding, ...]
+    note: str = ""
+
+    @classmethod
+    def of(cls, name: str, findings: list[Finding]) -> "GateResult":
+        """Fail on any failing finding, warn on any other, else pass."""
+        status = "fail" if any(f.severity == FAIL for f in findings) else "warn" if findings else "pass"
+        return cls(name, status, tuple(findings))
+
+
+def run_gates(ctx: Context, names: list[str]) -> list[GateResult]:
+    results = []
+    for name in names:
+        try:
+            findings = GATES[name](ctx)
+        except Skipped as exc:
+            results.append(GateResult(name, "skipped", (), str(exc)))
+            continue
+        except GitError as exc:  # a repository broken by the agent must still get a verdict
+            findings = [Finding(name, f"git failed, so this gate could not judge: {exc.message}")]
+        results.append(GateResult.of(name, findings))
+    return results

@@ -1,0 +1,242 @@
+"""The gates over what a run did outside its own tree: refs (refs-untouched), git's
+metadata in the common dir and the task's admin dir (git-metadata), and the person's
+checkout (main-checkout). Registered, with the others, in gates.GATES.
+"""
+
+from __future__ import annotations
+
+from ccm_guard.git import config as configfile
+from ccm_guard import git
+from ccm_guard.detect.context import FAIL, WARN, Context, Finding, display, plain
+from ccm_guard.detect.delta import FileChange, Owner, RefChange
+from ccm_guard.errors import GitError
+from ccm_guard.detect.snapshot import Entry
+
+
+def refs_untouched(ctx: Context) -> list[Finding]:
+    own = ctx.pins.branch_ref
+    others = set(ctx.other_tasks.values())
+    checked_out = _checked_out_branches(ctx)
+    findings = []
+    for rc in ctx.delta.refs:
+        if rc.ref in others and (rc.after is None or plain(rc.after)) and _moved_by_its_task(ctx, rc.ref):
+            continue  # another task's branch made, moved or removed by its own run; its gates judge it
+        if rc.ref == own and plain(rc.after):
+            continue
+        if _moved_by_ccm_guard(ctx, rc):
+            continue  # another task's apply or rollback, recorded in the registry
+        if rc.after is not None and not plain(rc.after):
+            findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
+        elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
+            continue  # a new archive or snapshot written by another ccm-guard run
+        elif rc.ref.startswith(("refs/remotes/", "refs/stash")):
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a fetch or stash of yours?)", (rc.ref,), WARN))
+        elif rc.ref in checked_out and ctx.delta.changed(checked_out[rc.ref]) and not _carries_task_work(ctx, rc):
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} while its checkout's index changed too: "
+                                    "your own commit, or the agent's? check it", (rc.ref,), WARN))
+        else:
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
+    return findings
+
+
+def _moved_by_its_task(ctx: Context, ref: str) -> bool:
+    """Another task's branch moved by that task's own run or command: its gates judge it.
+    A finished task's branch moved by this run is not, and that task's gates will not run
+    again. Its own doing shows as that task being at work during this run (the registry),
+    or as a commit in its worktree (its index or HEAD reflog moved too)."""
+    for name, branch in ctx.other_tasks.items():
+        if branch != ref:
+            continue
+        prefix = f"common/worktrees/{name}/"
+        if ctx.delta.changed(prefix + "index") or ctx.delta.changed(prefix + "logs/HEAD"):
+            return True
+        if name in ctx.tasks_at_work:
+            return True
+    return False
+
+
+def _moved_by_ccm_guard(ctx: Context, rc: RefChange) -> bool:
+    """The ref went from before to after only through recorded ccm-guard moves."""
+    edges = {old: new for ref, old, new in ctx.ccm_moves if ref == rc.ref}
+    at, seen = rc.before, set()
+    while at is not None and at in edges and at not in seen and at != rc.after:
+        seen.add(at)
+        at = edges[at]
+    return at is not None and at == rc.after and bool(seen)
+
+
+def _carries_task_work(ctx: Context, rc: RefChange) -> bool:
+    """The ref now holds the task's own commits: the agent's doing, whatever the index says."""
+    head = ctx.head
+    if not head or head == ctx.base or not plain(rc.after):
+        return False
+    try:
+        return git.is_ancestor(ctx.repo, head, rc.after or "")
+    except GitError:
+        return True  # cannot tell: do not excuse it
+
+
+def _verb(rc: RefChange) -> str:
+    if rc.before is None:
+        return f"was created at {(rc.after or '')[:12]}"
+    if rc.after is None:
+        return "was deleted"
+    return f"moved {rc.before[:12]} -> {rc.after[:12]}"
+
+
+def _checked_out_branches(ctx: Context) -> dict[str, str]:
+    """Branches checked out in the person's worktrees -> the key of that worktree's index."""
+    found = {}
+    for key, data in ctx.before.contents.items():
+        if not key.endswith("/HEAD") or ctx.ignored_worktree(key):
+            continue
+        prefix = key[: -len("HEAD")]
+        if prefix == f"common/worktrees/{ctx.pins.admin_name}/":
+            continue
+        if prefix == "common/" or prefix.startswith("common/worktrees/") and prefix.count("/") == 3:
+            text = data.decode("utf-8", "replace").strip()
+            if text.startswith("ref: "):
+                found[text[5:]] = prefix + "index"
+    return found
+
+
+def git_metadata(ctx: Context) -> list[Finding]:
+    findings = []
+    for change in ctx.delta.files:
+        if ctx.ignored_worktree(change.key):
+            found = _other_task_change(ctx, change)
+            findings.extend([found] if found else [])
+            continue
+        where = display(change.key)
+        if change.change != "modified" and _is_dir(ctx, change.key) and not _unlisted(ctx, change.key):
+            continue  # an empty directory changes nothing; what is put in it is reported
+        maintenance = _maintenance(ctx, change.key)
+        if maintenance:
+            findings.append(Finding("git-metadata", f"{where} was {change.change} ({maintenance})", (where,), WARN))
+        elif change.owner is Owner.CONTROL:
+            changes = ctx.config_changes.get(change.key, [])
+            detail = "; ".join(c.describe() for c in changes)
+            benign = bool(changes) and all(c.ccm_guard_setup for c in changes)
+            # The person may edit their own global config while a task runs; a key that
+            # runs code there fails all the same.
+            yours = change.key.startswith("hostconfig/") and not any(c.dangerous for c in changes)
+            findings.append(Finding("git-metadata", f"{where} was {change.change}" + (f": {detail}" if detail else "")
+                                    + (" (ccm-guard's own setup of another task)" if benign else "")
+                                    + (" (your global git config: your change, or the agent's?)" if yours else ""),
+                                    (where,), WARN if benign or yours else FAIL))
+        elif change.owner is Owner.IN_PROGRESS:
+            findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
+        elif change.owner is Owner.OTHER_WORKTREE:
+            prefix = "/".join(change.key.split("/")[:3]) + "/"
+            found = _state_change(ctx, change, "git-metadata", prefix, "another worktree")
+            findings.extend([found] if found else [])
+        elif change.owner is Owner.REFLOG and not _is_dir(ctx, change.key) \
+                and not _ref_changed(ctx, change.key[len("common/logs/"):]):
+            findings.append(Finding("git-metadata", f"reflog {where} was rewritten but its ref did not move", (where,)))
+    head = ctx.after.contents.get(f"common/worktrees/{ctx.pins.admin_name}/HEAD", b"").decode("utf-8", "replace").strip()
+    if head != f"ref: {ctx.pins.branch_ref}":
+        findings.append(Finding("git-metadata", f"the task worktree's HEAD left {ctx.pins.branch}: {head[:60] or '(missing)'}"))
+    objs = ctx.delta.objects
+    if objs.altered:
+        findings.append(Finding("git-metadata", f"{len(objs.altered)} existing object file(s) were rewritten", tuple(objs.altered)))
+    if objs.removed:
+        findings.append(Finding("git-metadata", f"{len(objs.removed)} existing object file(s) were removed", tuple(objs.removed)))
+    if ctx.forged_packs:
+        findings.append(Finding("git-metadata", "a new pack took existing objects but does not verify",
+                                tuple(ctx.forged_packs)))
+    elif objs.repacked:
+        findings.append(Finding("git-metadata", f"{len(objs.repacked)} loose object(s) were packed into a new, "
+                                "verified pack (git gc)", tuple(objs.new_packs), WARN))
+    return findings
+
+
+def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
+    """Another task's admin dir: that task's own run makes, arms, uses and removes it, and its
+    gates judge that. What no run of ccm-guard does is reported here: its control files
+    rewritten in place, or its worktree removed while its branch stays and nothing was archived.
+    """
+    parts = change.key.split("/", 3)
+    if len(parts) < 4:
+        return None  # the directory itself: what is in it tells
+    name, sub = parts[2], parts[3]
+    where = display(change.key)
+    if change.change == "modified" and change.owner is Owner.CONTROL:
+        changes = ctx.config_changes.get(change.key, [])
+        if sub == "config.worktree" and changes and all(_hooks_setup(c) for c in changes):
+            return None  # that task being armed or disarmed
+        detail = "; ".join(c.describe() for c in changes)
+        return Finding("git-metadata", f"{where} was modified" + (f": {detail}" if detail else "")
+                       + " (another task's worktree)", (where,))
+    if change.change == "removed" and sub == "gitdir":
+        branch = ctx.other_tasks[name]
+        archived = any(rc.ref == f"refs/ccm-guard/archive/{name}" for rc in ctx.delta.refs)
+        if plain(ctx.after.refs.get(branch)) and not archived and name not in ctx.tasks_at_work:
+            return Finding("git-metadata", f"another task's worktree ({name}) was removed, but not by ccm-guard: "
+                           f"its branch {branch} is still there and nothing was archived", (where,))
+    return None
+
+
+def _hooks_setup(change: configfile.ConfigChange) -> bool:
+    """ccm-guard's own per-task hooks path, set when a task is armed and unset when disarmed."""
+    from ccm_guard.state.registry import home
+
+    ours = str(home() / "hooks") + "/"
+    return change.key == "core.hookspath" and all(v.startswith(ours) for v in change.before + change.after)
+
+
+def _maintenance(ctx: Context, key: str) -> str | None:
+    """What `git gc` rewrites besides packs: lists for dumb transports, and the commit-graph,
+    which ccm-guard's own git never reads and which is checked against the commits."""
+    if key in ("common/objects/info/packs", "common/info/refs"):
+        return "written by git gc / update-server-info"
+    if key.startswith("common/objects/info/commit-graph") and ctx.commit_graph_ok:
+        return "written by git gc; it verifies against the commits"
+    return None
+
+
+def _unlisted(ctx: Context, key: str) -> bool:
+    """A directory too deep for the snapshot to list: what is in it cannot be reported."""
+    entry = _entry(ctx, key)
+    return entry is not None and entry.digest == "too deep to list"
+
+
+def _is_dir(ctx: Context, key: str) -> bool:
+    entry = _entry(ctx, key)
+    return entry is not None and entry.kind == "d"
+
+
+def _entry(ctx: Context, key: str) -> Entry | None:
+    return ctx.after.files.get(key) or ctx.before.files.get(key)
+
+
+def _ref_changed(ctx: Context, ref: str) -> bool:
+    return ref == ctx.pins.branch_ref or ref in ctx.other_tasks.values() or any(rc.ref == ref for rc in ctx.delta.refs)
+
+
+def _state_change(ctx: Context, change: FileChange, gate: str, prefix: str, place: str) -> Finding | None:
+    """A worktree's HEAD or in-progress state changed: the person's doing, or the agent's?
+
+    Every git command that moves HEAD or starts a merge or rebase writes that worktree's
+    index too; when the index content stayed the same, it was not a git command.
+    """
+    where = display(change.key)
+    if change.key == prefix + "index":
+        return None
+    if not ctx.delta.changed(prefix + "index") and (change.key == prefix + "HEAD" or change.change == "added"):
+        return Finding(gate, f"{where} {change.change} in {place} while its index did not: not a git command of yours",
+                       (where,))
+    return Finding(gate, f"{where} {change.change} in {place}", (where,), WARN)
+
+
+def main_checkout(ctx: Context) -> list[Finding]:
+    findings = []
+    for change in ctx.delta.of(Owner.MAIN):
+        found = _state_change(ctx, change, "main-checkout", ctx.delta.main_prefix, "your checkout")
+        findings.extend([found] if found else [])
+    if ctx.main_files_before is not None and ctx.main_files_after is not None:
+        before, after = ctx.main_files_before, ctx.main_files_after
+        touched = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+        if touched:
+            findings.append(Finding("main-checkout", f"{len(touched)} file(s) in your checkout changed during the run "
+                                    "(yours, or the agent's? check them)", tuple(touched), WARN))
+    return findings

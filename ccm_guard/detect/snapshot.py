@@ -1,0 +1,318 @@
+"""Snapshots of a task's git metadata, read straight from the files.
+
+The agent controls every file inside the repository, including the ones that tell git
+where the repository is and what to run. So a snapshot never asks git: it walks the
+pinned directories with no-follow opens, before any git command runs after the agent,
+and records for each file its type, mode and a content hash (or, for the object store
+and large files, an identity that any write changes: inode, size, mtime and ctime).
+References are parsed from `packed-refs` and the loose ref files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any, Collection, Iterator
+
+from ccm_guard import git
+from ccm_guard.detect import objects
+
+HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
+# Config files are kept whole up to this size, so that a padded file cannot push a
+# code-running key out of the key-by-key report.
+CONFIG_LIMIT = 1 << 24
+# An index is hashed even when large: its content, not its timestamp, tells whether a git
+# command ran in that worktree (`touch index` must not pass for one).
+INDEX_HASH_LIMIT = 1 << 26
+CONTENT_LIMIT = 1 << 16  # config-like files whose bytes we keep to report key by key
+PATH_LIMIT = 3072  # directories with longer paths are not listed (PATH_MAX is 4096 here)
+
+# Where the common dir's own walk does not go: objects are inventoried separately,
+# refs are parsed, and lock/temporary files are transient by nature.
+_SKIP_TOP = {"objects", "refs", "packed-refs"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pins:
+    """Absolute paths recorded when the task was created, before the agent existed."""
+
+    worktree: Path
+    admin_dir: Path
+    common_dir: Path
+    branch: str  # the task's branch, short name (ccm/<task>)
+
+    @property
+    def admin_name(self) -> str:
+        return self.admin_dir.name
+
+    @property
+    def branch_ref(self) -> str:
+        return f"refs/heads/{self.branch}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    kind: str  # "f" file, "d" directory, "l" symlink, "o" anything else
+    mode: int
+    digest: str  # sha256 of a file's bytes, a symlink's target, or "id:<ino>:<size>:<mtime>:<ctime>"
+
+
+@dataclasses.dataclass
+class Snapshot:
+    files: dict[str, Entry]  # "common/<rel>" and "pointer" (the worktree's .git file)
+    contents: dict[str, bytes]  # the bytes of config files, for key-by-key reports
+    refs: dict[str, str]  # refname -> "<sha>" or "ref: <target>" or "symlink: <target>"
+    objects: dict[str, tuple[int, int, int, int]]  # rel path under objects/ -> identity
+    taken_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": {k: [e.kind, e.mode, e.digest] for k, e in self.files.items()},
+            "contents": {k: v.decode("utf-8", "surrogateescape") for k, v in self.contents.items()},
+            "refs": self.refs,
+            "objects": {k: list(v) for k, v in self.objects.items()},
+            "taken_at": self.taken_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Snapshot":
+        return cls(
+            files={k: Entry(v[0], v[1], v[2]) for k, v in data["files"].items()},
+            contents={k: v.encode("utf-8", "surrogateescape") for k, v in data["contents"].items()},
+            refs=dict(data["refs"]),
+            objects={k: (v[0], v[1], v[2], v[3]) for k, v in data["objects"].items()},
+            taken_at=data["taken_at"],
+        )
+
+
+def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
+    """Capture everything DESIGN.md § Detection lists. Pure file reads; no git."""
+    files: dict[str, Entry] = {}
+    contents: dict[str, bytes] = {}
+    common = pins.common_dir
+    own = f"worktrees/{pins.admin_name}/"
+    for rel, entry, data in _walk(common, skip_top=_SKIP_TOP):
+        if rel.endswith(".lock") and not rel.startswith(own):
+            continue  # another git process at work right now; only the task's own locks are its doing
+        key = f"common/{rel}"
+        files[key] = entry
+        if data is not None and _is_config(rel):
+            contents[key] = data
+        elif entry.kind == "f" and _is_config(rel):
+            config = _read_config(common / rel)  # larger than CONTENT_LIMIT
+            if config is not None:
+                contents[key] = config
+    for name in ("objects/info",):
+        for rel, entry, data in _walk(common / name):
+            files[f"common/{name}/{rel}"] = entry
+    pointer = _read_entry(pins.worktree / ".git")
+    if pointer is not None:
+        files["pointer"] = pointer[0]
+        if pointer[1] is not None:
+            contents["pointer"] = pointer[1]
+    _host_files(pins, files, contents, extra_files)
+    return Snapshot(files, contents, read_refs(common), objects.inventory(common / "objects"), time.time())
+
+
+# --- files outside the repository that steer git or ccm-guard --------------------------------
+
+
+def _host_files(pins: Pins, files: dict[str, Entry], contents: dict[str, bytes],
+                include_targets: tuple[Path, ...]) -> None:
+    """What git and ccm-guard read from outside the repository, for the person's next command:
+
+    - `include/<path>`: files the repository's config includes, and what they include in
+      turn (ccm-guard's own git reads these too);
+    - `hostconfig/<path>`: the global git config (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`)
+      and what it includes: an unsandboxed agent can plant a hook path or a pager there that
+      the person's git runs in every repository;
+    - `host/<path>`: every file in the hooks directories those configs name (the task's own,
+      under the state home, which its kept worktree runs; a person's `core.hooksPath`), and
+      ccm-guard's own user policy, which the next `exec` reads.
+    """
+    common = pins.common_dir
+    configs: list[tuple[Path, bytes]] = []
+    for rel in ("config", "config.worktree", f"worktrees/{pins.admin_name}/config.worktree"):
+        data = contents.get(f"common/{rel}")
+        if data is not None:
+            configs.append((common / rel, data))
+    queue = [("include", path) for path in include_targets] + [("hostconfig", path) for path in git.global_config_files()]
+    seen: set[Path] = set()
+    while queue:
+        prefix, path = queue.pop(0)
+        if path in seen or len(seen) > 64:  # include cycles; a bound on what an agent can make us read
+            continue
+        seen.add(path)
+        data = _record(files, contents, f"{prefix}/{path}", path, keep=True)
+        if data is not None:
+            configs.append((path, data))
+            queue += [(prefix, target) for target in _includes(path, data)]
+    for config, data in configs:
+        for hooks in _hooks_dirs(config, data, common):
+            _record(files, contents, f"host/{hooks}", hooks, keep=False)
+            # Bounded: a hooks path of "/" must not make every snapshot walk the disk.
+            for rel, entry, _ in itertools.islice(_walk(hooks), 4096):
+                files[f"host/{hooks}/{rel}"] = entry
+    from ccm_guard.state.registry import home  # the state home: where the user policy lives
+
+    _record(files, contents, f"host/{home() / 'policy.toml'}", home() / "policy.toml", keep=False)
+
+
+def _record(files: dict[str, Entry], contents: dict[str, bytes], key: str, path: Path, keep: bool) -> bytes | None:
+    """Record `path` (and, for a symlink such as a dotfile manager's, the file it leads to)."""
+    found = _read_entry(path)
+    files[key] = found[0] if found else Entry("-", 0, "")
+    if found is None:
+        return None
+    entry, data = found
+    if entry.kind == "l":
+        target = Path(os.path.realpath(path))
+        followed = _read_entry(target)
+        files[key + " -> " + str(target)] = followed[0] if followed else Entry("-", 0, "")
+        if followed is None or followed[0].kind != "f":
+            return None
+        data = followed[1] if followed[1] is not None else (_read_config(target) if keep else None)
+        path = target
+    elif entry.kind == "f" and data is None and keep:
+        data = _read_config(path)
+    if keep and data is not None:
+        contents[key] = data
+    return data
+
+
+def _read_config(path: Path) -> bytes | None:
+    try:
+        if os.lstat(path).st_size > CONFIG_LIMIT:
+            return None
+        with open(path, "rb") as fh:
+            return fh.read(CONFIG_LIMIT + 1)[:CONFIG_LIMIT]
+    except OSError:
+        return None
+
+
+def _includes(path: Path, data: bytes) -> list[Path]:
+    from ccm_guard.git.config import include_targets
+
+    try:
+        return include_targets(path, data)
+    except Exception:  # an unparseable file: the config diff reports it as such
+        return []
+
+
+def _hooks_dirs(config: Path, data: bytes, common: Path) -> list[Path]:
+    """The directories `core.hooksPath` names in one config file, as absolute paths."""
+    if b"hookspath" not in data.lower():
+        return []  # the common case costs no git call
+    from ccm_guard.git.config import entries
+
+    try:
+        values = [v for k, v in entries(data) if k.lower() == "core.hookspath" and v]
+    except Exception:
+        return []
+    found = []
+    for value in values:
+        expanded = Path(os.path.expanduser(value))
+        # Relative: from the top of the checkout git runs in; the main one is the common dir's parent.
+        found.append(expanded if expanded.is_absolute() else common.parent / expanded)
+    return found
+
+
+def _is_config(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return name.startswith("config") or name in ("HEAD", "commondir", "gitdir")
+
+
+def _walk(root: Path, skip_top: Collection[str] = ()) -> Iterator[tuple[str, Entry, bytes | None]]:
+    """Every entry below `root`, without following symlinks, as (relative path, entry, bytes)."""
+    stack = [("", root)]
+    while stack:
+        prefix, directory = stack.pop()
+        try:
+            it = os.scandir(directory)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        with it:
+            for dent in it:
+                rel = prefix + dent.name
+                if not prefix and dent.name in skip_top:
+                    continue
+                # Object stores (submodules', git-lfs') are tracked by identity: hashing
+                # gigabytes twice per run would dwarf the run itself.
+                found = _read_entry(Path(dent.path), by_identity="objects/" in rel or rel.startswith("lfs/"))
+                if found is None:
+                    continue
+                entry, data = found
+                if entry.kind == "d" and len(dent.path) > PATH_LIMIT:
+                    # Deeper than the system can name (an agent's mkdir loop): recorded as such
+                    # (a new one is reported), not listed, and no crash in the middle of a verdict.
+                    yield rel, Entry("d", entry.mode, "too deep to list"), None
+                    continue
+                yield rel, entry, data
+                if entry.kind == "d":
+                    stack.append((rel + "/", Path(dent.path)))
+
+
+def _read_entry(path: Path, by_identity: bool = False) -> tuple[Entry, bytes | None] | None:
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # too long a name, a loop of mounts: say so rather than fail the verdict
+        return Entry("o", 0, f"unreadable: {exc.strerror}"), None
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        return Entry("d", mode, ""), None
+    if stat.S_ISLNK(st.st_mode):
+        return Entry("l", mode, os.readlink(path)), None
+    if not stat.S_ISREG(st.st_mode):
+        return Entry("o", mode, f"type:{stat.S_IFMT(st.st_mode)}"), None
+    if by_identity or st.st_size > (INDEX_HASH_LIMIT if path.name == "index" else HASH_LIMIT):
+        return Entry("f", mode, identity(st)), None
+    data = read_nofollow(path)
+    if data is None:
+        return None
+    return Entry("f", mode, hashlib.sha256(data).hexdigest()), data if len(data) <= CONTENT_LIMIT else None
+
+
+def identity(st: os.stat_result) -> str:
+    # ctime cannot be set back by an unprivileged process: a rewrite always shows.
+    return f"id:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def read_nofollow(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def read_refs(common: Path) -> dict[str, str]:
+    """All refs of the common dir: packed first, loose ones override (as git reads them)."""
+    refs: dict[str, str] = {}
+    packed = read_nofollow(common / "packed-refs") or b""
+    for line in packed.decode("utf-8", "surrogateescape").splitlines():
+        if not line or line[0] in "#^":
+            continue
+        sha, _, name = line.partition(" ")
+        refs[name] = sha
+    for rel, entry, data in _walk(common / "refs"):
+        if rel.endswith(".lock"):
+            continue  # a ref update in flight, not a ref (git reads them the same way)
+        name = f"refs/{rel}"
+        if entry.kind == "l":
+            refs[name] = f"symlink: {entry.digest}"
+        elif entry.kind == "f":
+            text = (data or b"").decode("utf-8", "surrogateescape").strip()
+            refs[name] = text if text.startswith("ref: ") else text[:64]
+        elif entry.kind != "d":
+            refs[name] = f"other: {entry.digest}"
+    return refs

@@ -1,0 +1,160 @@
+"""Git config files: key-by-key differences, and the keys that make git run code.
+
+A config change is reported key by key; the keys that run a program or steer git to
+other files (DESIGN.md § Detection) are named loudly, and their presence in a changed
+file makes ccm-guard stop running git on that repository.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from ccm_guard import git
+from ccm_guard.errors import GitError
+
+# Matched against the lower-cased key with the subsection removed ("filter.<x>.clean"
+# becomes "filter.*.clean"); subsections are the one case-sensitive part of a key.
+_DANGEROUS = re.compile(
+    r"""^(
+        core\.(hookspath|fsmonitor|sshcommand|pager|editor|askpass|gitproxy|worktree
+              |attributesfile|excludesfile|alternaterefscommand|bare|repositoryformatversion)
+      | sequence\.editor
+      | diff\.external | diff\.\*\.(textconv|command)
+      | difftool\.\*\.cmd | mergetool\.\*\.cmd | merge\.\*\.driver
+      | filter\.\*\.(clean|smudge|process)
+      | credential\.helper | credential\.\*\.helper
+      | include\.path | includeif\.\*\.path
+      | gpg\.program | gpg\.\*\.program
+      | uploadpack\.packobjectshook
+      | pager\.[^.]+ | pager\.\*
+      | trailer\.\*\.(cmd|command)
+      | hook\.\*\.command
+      | sendemail\.(smtpserver|tocmd|cccmd|headercmd) | sendemail\.\*\.(smtpserver|tocmd|cccmd|headercmd)
+      | imap\.tunnel
+      | guitool\.\*\.cmd
+      | interactive\.difffilter
+      | remote\.\*\.(uploadpack|receivepack|vcs|url|pushurl|proxy)
+      | url\.\*\.(insteadof|pushinsteadof)
+      | protocol\.\*\.allow | protocol\.allow
+      | submodule\.\*\.update
+      | extensions\.\w+
+      | ssh\.variant
+      | browser\.\*\.cmd | web\.browser | man\.\*\.cmd
+    )$""",
+    re.VERBOSE,
+)
+
+
+def generic_key(key: str) -> str:
+    section, _, rest = key.partition(".")
+    if "." in rest:  # section.subsection.name
+        return f"{section.lower()}.*.{rest.rsplit('.', 1)[1].lower()}"
+    return key.lower()
+
+
+# An alias runs a shell with "!", and may carry git's global options that run code.
+_DANGEROUS_ALIAS = re.compile(r"^\s*!|(^|\s)(-c|--config-env|--exec-path|--git-dir|--work-tree)(\s|=|$)")
+
+
+def is_dangerous(key: str, value: str) -> bool:
+    if key.lower().startswith("alias."):
+        return bool(_DANGEROUS_ALIAS.search(value))
+    return bool(_DANGEROUS.match(generic_key(key)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigChange:
+    key: str
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    dangerous: bool
+
+    @property
+    def ccm_guard_setup(self) -> bool:
+        """The one shared setting exec itself makes (per-worktree hooks need it): seen by a
+        task that was already running when another task was set up for the first time."""
+        return self.key == "extensions.worktreeconfig" and self.before == () and self.after == ("true",)
+
+    def describe(self) -> str:
+        def show(values: tuple[str, ...]) -> str:
+            return ", ".join(repr(v) for v in values) if values else "(unset)"
+
+        flag = "DANGEROUS (runs code or steers git) " if self.dangerous else ""
+        return f"{flag}{self.key}: {show(self.before)} -> {show(self.after)}"
+
+
+def entries(data: bytes) -> list[tuple[str, str]]:
+    """Parse config bytes exactly as git does (through `git config --file`)."""
+    fd, name = tempfile.mkstemp(prefix="ccm-guard-config-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return git.config_entries(Path(name))
+    finally:
+        os.unlink(name)
+
+
+def _by_key(pairs: list[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    grouped: dict[str, list[str]] = {}
+    for key, value in pairs:
+        grouped.setdefault(_normal_key(key), []).append(value)
+    return {k: tuple(v) for k, v in grouped.items()}
+
+
+def _normal_key(key: str) -> str:
+    section, _, rest = key.partition(".")
+    if "." in rest:
+        sub, _, name = rest.rpartition(".")
+        return f"{section.lower()}.{sub}.{name.lower()}"
+    return key.lower()
+
+
+def diff(before: bytes | None, after: bytes | None) -> list[ConfigChange]:
+    """Key-by-key differences; a file that git cannot parse is itself one dangerous change."""
+    try:
+        old = _by_key(entries(before)) if before is not None else {}
+        new = _by_key(entries(after)) if after is not None else {}
+    except GitError as exc:
+        return [ConfigChange("(unparseable config)", (), (exc.message,), True)]
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key, ()) != new.get(key, ()):
+            values = old.get(key, ()) + new.get(key, ())
+            danger = any(is_dangerous(key, v) for v in values) or (not values and is_dangerous(key, ""))
+            changes.append(ConfigChange(key, old.get(key, ()), new.get(key, ()), danger))
+    return changes
+
+
+def include_targets(config_path: Path, data: bytes) -> list[Path]:
+    """Files a config includes (include.path, includeIf.*.path), as absolute paths."""
+    if b"include" not in data.lower():
+        return []  # the common case costs no git call
+    targets = []
+    for key, value in entries(data):
+        if generic_key(key) in ("include.path", "includeif.*.path") and value:
+            expanded = os.path.expanduser(value)
+            path = Path(expanded) if os.path.isabs(expanded) else config_path.parent / expanded
+            targets.append(path)
+    return targets
+
+
+# Keys whose code git would run even under ccm-guard's hardening (which switches off
+# hooks, fsmonitor, pagers, editors, external diff, textconv, signing and credentials).
+_RUNS_DESPITE_HARDENING = re.compile(r"^(filter\.\*\.(clean|smudge|process)|include\.path|includeif\.\*\.path|core\.attributesfile)$")
+
+
+def unsafe_to_run(*paths: Path) -> str | None:
+    """Why git must not be run on a repository whose config we have no baseline for."""
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        keys = [k for k, _ in entries(data) if _RUNS_DESPITE_HARDENING.match(generic_key(k))]
+        if keys:
+            return f"{path} sets {', '.join(sorted(set(keys)))}, which would run code ccm-guard cannot switch off"
+    return None

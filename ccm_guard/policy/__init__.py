@@ -1,0 +1,332 @@
+"""Roles and their rules: built in, overridden by TOML files, validated strictly.
+
+Layers, later ones winning key by key: the built-in roles; the user's default
+(`$CCM_GUARD_HOME/policy.toml`); the repository's `.ccm-guard.toml` (or
+`[tool.ccm-guard]` in `pyproject.toml`) read from the base commit, never from the
+agent's worktree (the agent could edit it); and `--policy FILE`. A bad file is an error
+naming the file, the line and the key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ccm_guard.errors import UsageError
+
+if TYPE_CHECKING:
+    from ccm_guard import git
+
+POLICY_FILE = ".ccm-guard.toml"
+POLICY_TABLE_FILE = "pyproject.toml"  # its [tool.ccm-guard] table is policy too
+
+# Paths that steer git itself or this policy: no built-in role may change them.
+CONTROL_PATHS = ("**/.git", "**/.gitattributes", "**/.gitmodules", "**/.gitignore", "/" + POLICY_FILE)
+TEST_PATHS = ("tests/", "test/", "spec/", "specs/", "__tests__/", "test_*.py", "*_test.*", "*.test.*", "*.spec.*")
+GIT_CLASSES = ("remote", "switch", "worktree", "submodule", "merge", "config-write", "ref-write",
+               "reset-outside", "gc", "no-verify", "dangerous-config", "redirect")
+
+
+class PolicyError(UsageError):
+    """A policy file that cannot be used as written."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_file_bytes: int | None = None  # the largest file the run may add or change
+    max_added_bytes: int | None = None  # bytes the run may add in all (growth of changed files)
+    max_files: int | None = None  # paths the run may change
+    max_commits: int | None = None  # commits the run may make
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    name: str
+    allow: tuple[str, ...] | None = None  # gitignore-style; None: everything not forbidden
+    forbid: tuple[str, ...] = ()
+    must_commit: bool = True
+    read_only: bool = False  # HEAD and the branch may not move
+    git_allow: tuple[str, ...] = ()  # git shim operation classes this role may use anyway
+    limits: Limits = Limits()
+    output: str | None = None  # where a read-only role writes its verdict (outside the worktree)
+    snapshot_every: int = 10  # exec keeps a snapshot ref at every Nth commit of a run (0: none)
+    sources: tuple[tuple[str, str], ...] = ()  # (key, where its value came from)
+
+    def source_of(self, key: str) -> str:
+        return dict(self.sources).get(key, "built-in")
+
+
+BUILTIN: dict[str, dict[str, Any]] = {
+    "implementor": {"forbid": list(CONTROL_PATHS), "must_commit": True},
+    "test-writer": {"allow": list(TEST_PATHS), "forbid": list(CONTROL_PATHS), "must_commit": True},
+    "reviewer": {"allow": [], "forbid": list(CONTROL_PATHS), "must_commit": False, "read_only": True},
+    "qa": {"forbid": list(CONTROL_PATHS), "must_commit": True},
+}
+DEFAULT_ROLE = "implementor"
+
+_ROLE_KEYS: dict[str, type] = {
+    "extends": str, "allow": list, "forbid": list, "must_commit": bool, "read_only": bool,
+    "git_allow": list, "limits": dict, "output": str, "snapshot_every": int,
+}
+_KIND = {str: "a string", list: "a list", bool: "true or false", dict: "a table", int: "a whole number"}
+_LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
+_ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+@dataclasses.dataclass
+class Policy:
+    roles: dict[str, Role]
+    default_role: str
+    files: list[str]  # the files that contributed, in order
+
+    def role(self, name: str | None) -> Role:
+        name = name or self.default_role
+        if name not in self.roles:
+            raise PolicyError(f"unknown role {name!r}: choose one of {', '.join(sorted(self.roles))} "
+                              "or define it under [roles.NAME] in .ccm-guard.toml")
+        return self.roles[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A policy file's text and the name to blame in errors (a path, or REV:path)."""
+
+    name: str
+    text: str
+    table: tuple[str, ...] = ()  # where the policy sits inside the file ("tool", "ccm-guard")
+
+
+def build(sources: list[Source]) -> Policy:
+    raw: dict[str, dict[str, Any]] = {name: dict(spec) for name, spec in BUILTIN.items()}
+    origin: dict[str, dict[str, str]] = {name: {} for name in BUILTIN}
+    default, default_from = DEFAULT_ROLE, None
+    for source in sources:
+        data = _parse(source)
+        if data is None:
+            continue
+        chosen = _merge(source, data, raw, origin)
+        if chosen:
+            default, default_from = chosen, source
+    roles = {name: _make_role(name, raw, origin, sources) for name in raw}
+    if default not in roles:
+        _bad(default_from or Source("built-in", ""), (), "default_role", f"default_role {default!r} is not a role: define [roles.{default}] "
+                                               "or pick another")
+    return Policy(roles, default, [s.name for s in sources])
+
+
+def _parse(source: Source) -> dict[str, Any] | None:
+    import tomllib  # here, not at the top: the pre-commit hook imports this module on every commit
+
+    try:
+        data: Any = tomllib.loads(source.text)
+    except tomllib.TOMLDecodeError as exc:
+        line = re.search(r"line (\d+)", str(exc))
+        raise PolicyError(f"{source.name}:{line.group(1) if line else '?'}: not valid TOML ({exc}); fix the syntax") from exc
+    for key in source.table:
+        data = data.get(key) if isinstance(data, dict) else None
+        if data is None:
+            return None
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source.name}: [{'.'.join(source.table)}] must be a table")
+    return data
+
+
+def _merge(source: Source, data: dict[str, Any], raw: dict[str, dict[str, Any]],
+           origin: dict[str, dict[str, str]]) -> str | None:
+    for key in data:
+        if key not in ("default_role", "roles"):
+            _bad(source, (), key, "unknown key (expected default_role or [roles.NAME])")
+    roles = data.get("roles", {})
+    if not isinstance(roles, dict):
+        _bad(source, (), "roles", "must be a table of roles")
+    for name, spec in roles.items():
+        if not _ROLE_NAME.match(name):
+            _bad(source, ("roles",), name, "role names are lower-case letters, digits, '-' and '_'")
+        if not isinstance(spec, dict):
+            _bad(source, ("roles",), name, "must be a table")
+        _check_role(source, name, spec)
+        base = spec.get("extends")
+        if base is not None and base not in raw:
+            _bad(source, ("roles", name), "extends", f"unknown role {base!r}")
+        target = raw.setdefault(name, dict(raw[base]) if base else {})
+        origin.setdefault(name, dict(origin.get(base, {})) if base else {})
+        for key, value in spec.items():
+            if key == "extends":
+                continue
+            if key == "limits":
+                target["limits"] = {**target.get("limits", {}), **value}
+                for lk in value:
+                    origin[name][f"limits.{lk}"] = source.name
+            else:
+                target[key] = value
+                origin[name][key] = source.name
+    default = data.get("default_role")
+    if default is not None and not isinstance(default, str):
+        _bad(source, (), "default_role", "must be a string")
+    return default
+
+
+def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
+    where = ("roles", name)
+    for key, value in spec.items():
+        if key not in _ROLE_KEYS:
+            _bad(source, where, key, f"unknown key (expected one of {', '.join(_ROLE_KEYS)})")
+        if not isinstance(value, _ROLE_KEYS[key]):
+            _bad(source, where, key, f"must be {_KIND[_ROLE_KEYS[key]]}")
+        if key in ("allow", "forbid"):
+            for pattern in value:
+                if not isinstance(pattern, str) or not pattern.strip():
+                    _bad(source, where, key, f"patterns must be non-empty strings, not {pattern!r}")
+                _check_pattern(source, where, key, pattern)
+        if key == "snapshot_every" and (isinstance(value, bool) or value < 0):
+            _bad(source, where, key, "must be a whole number, 0 or more (0: no automatic snapshots)")
+        if key == "git_allow":
+            unknown = [c for c in value if c not in GIT_CLASSES]
+            if unknown:
+                _bad(source, where, key, f"unknown git operation class {unknown[0]!r} (known: {', '.join(GIT_CLASSES)})")
+        if key == "limits":
+            for lk, lv in value.items():
+                if lk not in _LIMIT_KEYS:
+                    _bad(source, (*where, "limits"), lk, f"unknown limit (expected one of {', '.join(sorted(_LIMIT_KEYS))})")
+                if not isinstance(lv, int) or isinstance(lv, bool) or lv < 0:
+                    _bad(source, (*where, "limits"), lk, "must be a whole number, 0 or more")
+
+
+def _check_pattern(source: Source, where: tuple[str, ...], key: str, pattern: str) -> None:
+    from ccm_guard.policy import rules as pathrules
+
+    try:
+        pathrules.Matcher([pattern])
+    except ValueError as exc:
+        _bad(source, where, key, f"bad pattern {pattern!r}: {exc}")
+
+
+def _bad(source: Source, table: tuple[str, ...], key: str, problem: str) -> None:
+    line = _line_of(source.text, (*source.table, *table), key)
+    dotted = ".".join((*table, key))
+    raise PolicyError(f"{source.name}:{line}: {dotted}: {problem}")
+
+
+def _line_of(text: str, table: tuple[str, ...], key: str) -> str:
+    """The line a key is set on, found by reading the file as a person would."""
+    current: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
+        if header:
+            current = tuple(part.strip().strip('"') for part in header.group(1).split("."))
+            if current == (*table, key):
+                return str(number)
+            continue
+        name = re.match(r'^"?([^"=\s]+)"?\s*=', stripped)
+        if name and name.group(1) == key and current == table:
+            return str(number)
+    return "?"
+
+
+def _make_role(name: str, raw: dict[str, dict[str, Any]], origin: dict[str, dict[str, str]],
+               sources: list[Source]) -> Role:
+    spec = raw[name]
+    allow = spec.get("allow")
+    return Role(
+        name=name,
+        allow=tuple(allow) if allow is not None else None,
+        forbid=tuple(spec.get("forbid", ())),
+        must_commit=bool(spec.get("must_commit", True)),
+        read_only=bool(spec.get("read_only", False)),
+        git_allow=tuple(spec.get("git_allow", ())),
+        limits=Limits(**spec.get("limits", {})),
+        output=spec.get("output"),
+        snapshot_every=int(spec.get("snapshot_every", 10)),
+        sources=tuple(sorted(origin.get(name, {}).items())),
+    )
+
+
+def policy_table(data: bytes | None) -> object:
+    """pyproject.toml's [tool.ccm-guard] table as data (None when absent), to compare two
+    versions; a file that does not parse is its own value, so any edit of it shows."""
+    if data is None:
+        return None
+    import tomllib
+
+    try:
+        parsed: Any = tomllib.loads(data.decode("utf-8", "replace"))
+    except tomllib.TOMLDecodeError:
+        return ("unparseable", data)
+    tool = parsed.get("tool")
+    return tool.get("ccm-guard") if isinstance(tool, dict) else None
+
+
+def read_file(path: Path) -> Source:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy file {path}: {exc.strerror}; check the path") from exc
+    table = ("tool", "ccm-guard") if path.name == "pyproject.toml" else ()
+    return Source(str(path), text, table)
+
+
+def load(repo: git.Repo | None, rev: str | None, override: Path | None) -> Policy:
+    """The effective policy: built-ins, the user's default, the repository's at `rev`, --policy."""
+    from ccm_guard import git
+    from ccm_guard.state.registry import home
+
+    sources = []
+    user = home() / "policy.toml"
+    if user.exists():
+        sources.append(read_file(user))
+    if repo is not None and rev is not None:
+        # pyproject first, so that a dedicated .ccm-guard.toml has the last word.
+        found = git.files_at(repo, rev, [POLICY_TABLE_FILE, POLICY_FILE])
+        for path, table in ((POLICY_TABLE_FILE, ("tool", "ccm-guard")), (POLICY_FILE, ())):
+            data = found[path]
+            if data is not None:
+                sources.append(Source(f"{rev[:12]}:{path}", data.decode("utf-8", "replace"), table))
+    if override is not None:
+        sources.append(read_file(override))
+    return build(sources)
+
+
+def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple["git.Repo", Policy]:
+    """The repository holding `start`, and its effective policy as committed at `rev` (HEAD)."""
+    from ccm_guard import git
+
+    found = git.discover(start)
+    repo = found.repo()
+    commit = git.resolve_commit(repo, rev or "HEAD")
+    return repo, load(repo, commit, override)
+
+
+def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
+                 rules: dict[str, Any] | None = None) -> list[str]:
+    """Violations of the role's path rules in what is staged, one line each (for hooks).
+
+    `rules`: the role's rules compiled ahead (Rules.to_data), as exec hands them to the
+    hooks: no policy to load and no pathspec to import on every commit.
+    """
+    from ccm_guard import git
+    from ccm_guard.detect.paths import staged_violations
+    from ccm_guard.policy.rules import Rules
+
+    if rules is not None:
+        found = git.discover(repo_root)
+        repo = found.repo()
+        checked: Role | Rules = Rules.from_data(rules)
+    else:
+        repo, pol = for_checkout(repo_root, policy_rev, None)
+        checked = pol.role(role)
+    return [v.line() for v in staged_violations(repo, checked) if v.severity == "fail"]
+
+
+def describe(role: Role) -> dict[str, object]:
+    """A role as data, each value with where it came from (for `policy show`)."""
+    values: dict[str, object] = {
+        "allow": list(role.allow) if role.allow is not None else "(everything not forbidden)",
+        "forbid": list(role.forbid), "must_commit": role.must_commit, "read_only": role.read_only,
+        "git_allow": list(role.git_allow), "output": role.output, "snapshot_every": role.snapshot_every,
+    }
+    for f in dataclasses.fields(Limits):
+        values[f"limits.{f.name}"] = getattr(role.limits, f.name)
+    return {key: {"value": value, "from": role.source_of(key)} for key, value in values.items()}

@@ -1,0 +1,86 @@
+"""`audit`: the gates again on a finished worktree."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ccm_guard.git import config as configfile
+from ccm_guard.detect import gates
+from ccm_guard import git
+from ccm_guard import policy
+from ccm_guard import worktree
+from ccm_guard.detect.context import Context, Finding
+from ccm_guard.detect.delta import compare
+from ccm_guard.errors import RepoError, StateError
+from ccm_guard.run.exec import Checks, file_digest, judge, next_steps
+from ccm_guard.state.registry import Registry
+from ccm_guard.detect.verdict import Verdict
+from ccm_guard.detect.snapshot import Pins, Snapshot
+
+
+def audit_task(task_id: str, registry: Registry, read_only: bool = False,
+               require_commit: bool | None = None) -> Verdict:
+    """The same gates on a finished task, against the snapshot and the checks of its run."""
+    task = registry.get(task_id)
+    recorded = json.loads(task.options or "{}")
+    override = Path(recorded["policy"]) if recorded.get("policy") else None
+    role = policy.load(worktree.host_repo(Path(task.repo)), task.base, override).role(recorded.get("role"))
+    checks = Checks.of(role, read_only or bool(recorded.get("read_only")),
+                       recorded.get("require_commit") if require_commit is None else require_commit)
+    if not task.baseline or not Path(task.baseline).exists():
+        raise StateError(f"task {task_id} has no recorded baseline: it never started its agent")
+    recorded_digest = task.option("baseline_sha256")
+    if recorded_digest and file_digest(Path(task.baseline)) != recorded_digest:
+        raise StateError(f"task {task_id}'s baseline {task.baseline} was changed after it was recorded (the agent "
+                         "could write there without --sandbox): it cannot be audited; its exec verdict stands")
+    data = json.loads(Path(task.baseline).read_text())
+    pins = Pins(Path(task.worktree), Path(task.admin_dir), Path(task.repo), task.branch)
+    if not pins.worktree.exists():
+        raise StateError(f"task {task_id}'s worktree {task.worktree} is gone ({task.status}): nothing to audit")
+    verdict = judge(task, pins, Snapshot.from_json(data["snapshot"]), data.get("main_files"), registry, checks)
+    verdict.next_steps = next_steps(verdict, task)
+    return verdict
+
+
+def audit_target(target: str | None, base_ref: str | None, registry: Registry,
+                 read_only: bool = False, require_commit: bool | None = None) -> Verdict:
+    """Audit a task by id, the task owning a path, or any worktree against a base."""
+    if target and not os.path.exists(target) and registry.exists(target):
+        return audit_task(target, registry, read_only, require_commit)
+    where = Path(target or ".").resolve()
+    found = git.discover(where)
+    for task in registry.list(repo=str(found.common_dir), live_only=False):
+        if Path(task.worktree) == found.toplevel:
+            return audit_task(task.id, registry, read_only, require_commit)
+    return audit_foreign(found, base_ref, read_only, require_commit is not False)
+
+
+def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, require_commit: bool) -> Verdict:
+    """A worktree ccm-guard did not create: the checks that need no earlier snapshot."""
+    repo = found.repo()
+    reason = configfile.unsafe_to_run(found.common_dir / "config", found.git_dir / "config.worktree")
+    if reason:
+        repo = repo.distrust(reason)
+    head = None if reason else git.resolve_commit(repo, "HEAD")
+    base = None
+    if head:
+        ref = base_ref or "HEAD"
+        target = git.resolve_commit(repo, ref)
+        if target is None:
+            raise RepoError(f"--base {ref!r} does not name a commit: pass the branch the work started from")
+        base = git.merge_base(repo, head, target)
+    branch = (None if reason else git.symbolic_head(repo)) or "HEAD"
+    pins = Pins(found.toplevel, found.git_dir, found.common_dir, branch.removeprefix("refs/heads/"))
+    # No snapshot was taken before: the gates see the head and nothing else.
+    empty = Snapshot({}, {}, {}, {}, 0.0)
+    now = Snapshot({}, {}, {pins.branch_ref: head} if head else {}, {}, 0.0)
+    ctx = Context(pins, repo, base or "", empty, now, compare(empty, empty, pins, found.git_dir), None, None, {})
+    names = ["clean-tree"] + ([] if read_only or not require_commit or base_ref is None else ["new-commit"])
+    results = gates.run_gates(ctx, names)
+    if reason:
+        results.append(gates.GateResult("git-metadata", "fail", (Finding("git-metadata", reason),)))
+    return Verdict(task="(not a ccm-guard task)", branch=pins.branch, base=base or "", head=head,
+                   repo=str(found.toplevel), worktree=str(found.toplevel), log_dir="", agent=None,
+                   commits=[], files=[], gates=results, disposition="not managed by ccm-guard")

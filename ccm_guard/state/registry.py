@@ -1,0 +1,246 @@
+"""The task registry: one SQLite file under the state home, outside every worktree.
+
+WAL and a busy timeout let many ccm-guard processes (many agents at once) share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from ccm_guard.errors import StateError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    repo TEXT NOT NULL,            -- the common dir (real path)
+    main_worktree TEXT NOT NULL,   -- the person's checkout exec was started from
+    main_git_dir TEXT NOT NULL,
+    worktree TEXT NOT NULL,
+    admin_dir TEXT NOT NULL DEFAULT '',
+    branch TEXT NOT NULL,
+    base TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    pid INTEGER,
+    command TEXT NOT NULL DEFAULT '[]',
+    log_dir TEXT NOT NULL DEFAULT '',
+    baseline TEXT,                 -- path of the snapshot taken before the agent started
+    verdict TEXT,                  -- the last verdict, as JSON
+    options TEXT NOT NULL DEFAULT '{}'  -- what the run is judged by: role, read_only, ...
+);
+CREATE INDEX IF NOT EXISTS tasks_repo ON tasks(repo, status);
+"""
+
+# The lifecycle (DESIGN.md § Lifecycle); anything else is a bug or a race, and refused.
+RESTORED = {"COMMITTED", "ERRORED", "BLOCKED", "ROLLED_BACK"}  # `task restore`: back to where it was
+TRANSITIONS: dict[str, set[str]] = {
+    "PENDING": {"CREATED", "ERRORED", "CLEANED_UP"},
+    "CREATED": {"ACTIVE", "ERRORED", "DISCARDED", "CLEANED_UP"},
+    "ACTIVE": {"COMMITTED", "BLOCKED", "ERRORED", "ROLLED_BACK", "DISCARDED", "CLEANED_UP"},
+    "BLOCKED": {"ACTIVE", "DISCARDED", "ERRORED", "ROLLED_BACK"},
+    "COMMITTED": {"APPLIED", "DISCARDED", "ROLLED_BACK", "CLEANED_UP", "ACTIVE"},
+    "ERRORED": {"DISCARDED", "CLEANED_UP", "ACTIVE", "ROLLED_BACK"},
+    "APPLIED": {"CLEANED_UP", "ROLLED_BACK"},
+    "ROLLED_BACK": {"ACTIVE", "DISCARDED", "CLEANED_UP"},
+    "DISCARDED": {"CLEANED_UP", *RESTORED},
+    "CLEANED_UP": {"APPLIED", *RESTORED},
+}
+RUNNING = ("PENDING", "CREATED", "ACTIVE")  # a ccm-guard process holds the task
+LIVE = ("PENDING", "CREATED", "ACTIVE", "BLOCKED", "COMMITTED", "ERRORED")
+
+
+@dataclasses.dataclass
+class Task:
+    id: str
+    repo: str
+    main_worktree: str
+    main_git_dir: str
+    worktree: str
+    admin_dir: str
+    branch: str
+    base: str
+    status: str
+    created_at: float
+    updated_at: float
+    pid: int | None
+    command: str
+    log_dir: str
+    baseline: str | None
+    verdict: str | None
+    options: str = "{}"
+
+    @property
+    def abandoned(self) -> bool:
+        """Still marked as running, but the ccm-guard process that ran it is gone."""
+        return self.status in RUNNING and self.pid is not None and not pid_alive(self.pid)
+
+    @property
+    def running(self) -> bool:
+        """A ccm-guard process is at work on it: hands off."""
+        return self.status in RUNNING and not self.abandoned
+
+    def option_dict(self) -> dict[str, Any]:
+        data = json.loads(self.options or "{}")
+        return data if isinstance(data, dict) else {}
+
+    def option(self, key: str) -> Any:
+        return self.option_dict().get(key)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["abandoned"] = self.abandoned
+        data["command"] = json.loads(self.command)
+        data["verdict"] = json.loads(self.verdict) if self.verdict else None
+        data["options"] = json.loads(self.options or "{}")
+        return data
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # somebody else's process: alive
+    return True
+
+
+def key_hash(path: Path, size: int = 10) -> str:
+    """The digest of a repository's common dir (or a copied directory's source) that
+    names its places under the state home: worktrees and hooks (size 10), locks (16)."""
+    return hashlib.sha256(str(path).encode()).hexdigest()[:size]
+
+
+def home() -> Path:
+    return Path(os.environ.get("CCM_GUARD_HOME") or Path.home() / ".ccm")
+
+
+class Registry:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or home() / "registry.db"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Switching to WAL and creating the schema do not wait for a busy database the
+            # way queries do: ten processes opening a new registry at once fail without this.
+            with open(self.path.parent / "registry.open.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                self.db.execute("PRAGMA busy_timeout = 30000")
+                self.db.execute("PRAGMA journal_mode = WAL")
+                # With WAL, NORMAL cannot corrupt the file; it only skips an fsync per transaction.
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                self.db.executescript(SCHEMA)
+                self._migrate()
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
+        self.db.row_factory = sqlite3.Row
+
+    def _migrate(self) -> None:
+        """Registries made by an earlier version lack later columns; add them."""
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(tasks)")}
+        if "options" not in have:
+            self.db.execute("ALTER TABLE tasks ADD COLUMN options TEXT NOT NULL DEFAULT '{}'")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def add(self, task: Task) -> None:
+        fields = dataclasses.asdict(task)
+        names = ", ".join(fields)
+        marks = ", ".join(f":{k}" for k in fields)
+        try:
+            self.db.execute(f"INSERT INTO tasks ({names}) VALUES ({marks})", fields)
+        except sqlite3.IntegrityError as exc:
+            raise StateError(f"task {task.id} already exists: pick another --task id") from exc
+
+    def get(self, task_id: str) -> Task:
+        row = self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        if row is None:
+            raise StateError(f"no task {task_id!r}: `ccm-guard task list --all` shows the known ones")
+        return Task(**dict(row))
+
+    def exists(self, task_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
+
+    def list(self, *, repo: str | None = None, live_only: bool = True) -> list[Task]:
+        query, args = "SELECT * FROM tasks", []
+        clauses = []
+        if repo:
+            clauses.append("repo = ?")
+            args.append(repo)
+        if live_only:
+            clauses.append(f"status IN ({', '.join('?' * len(LIVE))})")
+            args.extend(LIVE)
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        rows = self.db.execute(query + " ORDER BY created_at", args).fetchall()
+        return [Task(**dict(r)) for r in rows]
+
+    def update(self, task_id: str, **fields: Any) -> None:
+        fields["updated_at"] = time.time()
+        sets = ", ".join(f"{k} = :{k}" for k in fields)
+        _write(self.db, f"UPDATE tasks SET {sets} WHERE id = :id", {**fields, "id": task_id})
+
+    def check_move(self, task_id: str, status: str) -> None:
+        """Refuse an illegal status change before doing the work it would record."""
+        current = self.get(task_id).status
+        if status not in TRANSITIONS[current]:
+            raise StateError(f"task {task_id} cannot go from {current} to {status}")
+
+    def move(self, task_id: str, status: str, **fields: Any) -> None:
+        """Change a task's status along the lifecycle, atomically against other processes."""
+        with self.transaction():
+            self.check_move(task_id, status)
+            self.update(task_id, status=status, **fields)
+
+    def set_option(self, task_id: str, key: str, value: Any) -> None:
+        """Record one fact about a task (its archive, an apply in flight, ...) in `options`."""
+        with self.transaction():
+            options = self.get(task_id).option_dict()
+            if value is None:
+                options.pop(key, None)
+            else:
+                options[key] = value
+            self.update(task_id, options=json.dumps(options))
+
+    def delete(self, task_id: str) -> None:
+        _write(self.db, "DELETE FROM tasks WHERE id = ?", (task_id,))
+
+    def transaction(self) -> "_Tx":
+        return _Tx(self.db)
+
+
+class _Tx:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        _write(self.db, "BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        if kind is None:
+            try:
+                _write(self.db, "COMMIT")
+                return
+            except StateError:
+                self.db.rollback()
+                raise
+        self.db.execute("ROLLBACK")
+
+
+def _write(db: sqlite3.Connection, sql: str, params: Any = ()) -> None:
+    """A write that fails (a full disk, a broken file) is a StateError with the fix, not a traceback."""
+    try:
+        db.execute(sql, params)
+    except sqlite3.OperationalError as exc:
+        raise StateError(f"the task registry could not be written ({exc}): free disk space under "
+                         f"{home()} or check the file") from exc

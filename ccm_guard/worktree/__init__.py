@@ -1,0 +1,367 @@
+"""Task worktrees: preflight, create (all or nothing), archive, remove.
+
+A task is a linked worktree on branch `ccm/<task>` made from a recorded base commit,
+under the state home, so the person's checkout is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+from ccm_guard import failpoints
+from ccm_guard import git
+from ccm_guard.git import index as indexfile
+from ccm_guard.state import trash
+from ccm_guard.errors import GitError, RepoError, UsageError
+from ccm_guard.policy import Role
+from ccm_guard.state.registry import Registry, Task, home, key_hash
+from ccm_guard.detect.snapshot import Pins
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "ccm-guard",
+    "GIT_AUTHOR_EMAIL": "ccm-guard@localhost",
+    "GIT_COMMITTER_NAME": "ccm-guard",
+    "GIT_COMMITTER_EMAIL": "ccm-guard@localhost",
+}
+BRANCH_PREFIX = "ccm/"
+
+
+def new_task_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def sanitise_task_id(raw: str) -> str:
+    """A task id that is safe as a path component, a branch name and a shell word."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+    cleaned = re.sub(r"-{2,}", "-", cleaned)
+    cleaned = re.sub(r"\.{2,}", ".", cleaned).strip("-.")[:64].rstrip("-.")
+    if cleaned.endswith(".lock"):
+        cleaned = cleaned[: -len(".lock")] + "-lock"
+    if not cleaned:
+        raise UsageError(f"task id {raw!r} has no usable characters: use letters, digits, '.', '_' or '-'")
+    return cleaned
+
+
+def repo_key(main: git.Discovered) -> str:
+    return f"{main.toplevel.name}-{key_hash(main.common_dir)}"
+
+
+def host_repo(common_dir: Path) -> git.Repo:
+    """The shared repository, for ref and worktree administration (no work tree)."""
+    return git.Repo(git_dir=common_dir, common_dir=common_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything decided and checked before anything is written."""
+
+    main: git.Discovered
+    task_id: str
+    branch: str
+    base: str
+    worktree: Path
+    log_dir: Path
+
+
+def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
+    main = git.discover(start)
+    host = host_repo(main.common_dir)
+    base = git.resolve_commit(main.repo(), base_rev)
+    if base is None and not git.has_any_commit(host):
+        raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")
+    if base is None:
+        raise RepoError(f"--base {base_rev!r} does not name a commit in {main.toplevel}: check `git log`")
+    task = sanitise_task_id(task_id) if task_id else new_task_id()
+    branch = BRANCH_PREFIX + task
+    if not git.check_branch_name(branch):
+        raise UsageError(f"task id {task!r} does not make a valid branch name: choose another --task")
+    if git.ref_exists(host, f"refs/heads/{branch}"):
+        raise RepoError(f"branch {branch} already exists: choose another --task, or delete the branch")
+    key = repo_key(main)
+    worktree = home() / "worktrees" / key / task
+    if os.path.lexists(worktree):
+        raise RepoError(f"{worktree} already exists: choose another --task, or remove that directory")
+    return Plan(main, task, branch, base, worktree, home() / "logs" / key / task)
+
+
+def check_disk(p: Plan) -> None:
+    # The person's index is a close estimate of what the checkout writes, and cheap to read.
+    estimate = indexfile.sizes(p.main.git_dir / "index", len(p.base) // 2)
+    files, total = estimate or git.tree_size(host_repo(p.main.common_dir), p.base)
+    require_space(p.worktree, files, total, "for the checkout")
+
+
+def require_space(dest: Path, files: int, total: int, what: str, share: float = 0.0) -> None:
+    """Refuse, with the figures, when `files` files of `total` bytes will not fit under
+    `dest` and still leave a margin: 64 MB for git's metadata and the agent, or (`share`)
+    that share of the file system if it is more."""
+    parent = _existing_parent(dest)
+    st = os.statvfs(parent)
+    free = st.f_bavail * st.f_frsize
+    margin = max(64 * 2**20, int(share * st.f_blocks * st.f_frsize))
+    # Each file costs at least a block.
+    need = total + files * st.f_frsize + margin + total // 10
+    if free < need:
+        raise RepoError(
+            f"not enough disk space {what}: need about {_mb(need)} ({files} files), "
+            f"{_mb(free)} free under {parent}; free some space or point CCM_GUARD_HOME elsewhere"
+        )
+    if st.f_favail and st.f_favail < files * 2:
+        raise RepoError(f"not enough free inodes under {parent} for {files} files: free some, or move CCM_GUARD_HOME")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def create(p: Plan, registry: Registry, command: list[str], options: dict[str, object], *,
+           pool: bool | None = None, sparse: tuple[str, ...] = ()) -> tuple[Pins, Task]:
+    """Register, then make the worktree; on any failure or Ctrl-C leave nothing behind.
+
+    The worktree comes from the warm pool when the repository has one (`pool`: None,
+    look; False, never), else fresh; a `sparse` one (cone-mode directories) is always fresh.
+    """
+    host = host_repo(p.main.common_dir)
+    cone = sparse_cone(host, p.base, sparse, pool)  # refused before anything is written
+    now = time.time()
+    task = Task(
+        id=p.task_id, repo=str(p.main.common_dir), main_worktree=str(p.main.toplevel),
+        main_git_dir=str(p.main.git_dir), worktree=str(p.worktree), admin_dir="", branch=p.branch,
+        base=p.base, status="PENDING", created_at=now, updated_at=now, pid=os.getpid(),
+        command=json.dumps(command), log_dir=str(p.log_dir), baseline=None, verdict=None,
+        options=json.dumps({**options, **({"sparse": cone} if cone else {})}),
+    )
+    registry.add(task)
+    try:
+        p.worktree.parent.mkdir(parents=True, exist_ok=True)
+        admin = None if cone or pool is False else _from_pool(p, registry, asked=pool is True)
+        if admin is None:
+            check_disk(p)  # only a fresh checkout writes the files (a pooled one has them)
+            admin = _fresh(p, host, cone)
+        failpoints.point("create-after-worktree-add")
+        p.log_dir.mkdir(parents=True, exist_ok=True)
+    except BaseException:
+        with no_interrupts():
+            _undo_create(host, p)
+            registry.delete(p.task_id)
+        raise
+    registry.move(p.task_id, "CREATED", admin_dir=str(admin))
+    task.admin_dir, task.status = str(admin), "CREATED"
+    return Pins(p.worktree, admin, p.main.common_dir, p.branch), task
+
+
+def _from_pool(p: Plan, registry: Registry, asked: bool) -> Path | None:
+    from ccm_guard import pool
+
+    if not asked and not pool.has_pool(registry, p.main.common_dir):
+        return None
+    admin = pool.take(registry, p.main.common_dir, p.task_id, p.branch, p.base, p.worktree)
+    if admin is not None:
+        registry.set_option(p.task_id, "pooled", True)
+    return admin
+
+
+def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
+    if not cone:
+        with admin_lock(p.main.common_dir):
+            git.worktree_add(host, p.worktree, p.branch, p.base)
+        return admin_dir_of(p.worktree, p.main.common_dir)
+    # Sparse: the metadata first (~10 ms at any size), then the cone, then the checkout of
+    # just the cone (what `git worktree add` runs for its checkout: a `git reset --hard`).
+    with admin_lock(p.main.common_dir):
+        git.worktree_add_bare(host, p.worktree, p.branch, p.base)
+    admin = admin_dir_of(p.worktree, p.main.common_dir)
+    repo = git.Repo(admin, p.main.common_dir, p.worktree)
+    git.sparse_set_cone(repo, cone)
+    git.reset_hard(repo)
+    return admin
+
+
+def normalise_cone(paths: tuple[str, ...] | list[str]) -> list[str]:
+    """`--sparse` directories as cone mode names them: relative, no `.`/`..`, no slashes
+    at either end. A bad one is a usage error."""
+    cone = []
+    for raw in paths:
+        path = raw.strip().removeprefix("./").strip("/")
+        parts = path.split("/")
+        if not path or raw.startswith("/") or "\n" in path or any(part in ("", ".", "..") for part in parts) \
+                or parts[0] == ".git":
+            raise UsageError(f"--sparse {raw!r}: name a directory relative to the repository's top, like src/lib")
+        cone.append(path)
+    return sorted(set(cone))
+
+
+def sparse_cone(host: git.Repo, base: str, paths: tuple[str, ...], pool: bool | None) -> list[str]:
+    """The checked cone for `--sparse`: every name a directory at the task's base."""
+    if not paths:
+        return []
+    if pool is True:
+        raise UsageError("--pool and --sparse do not mix: a pooled worktree has every file checked out; drop --pool")
+    cone = normalise_cone(paths)
+    for path in cone:
+        kind = git.object_type(host, base, path)
+        if kind != "tree":
+            what = "does not exist" if kind is None else f"is a {kind}, not a directory"
+            raise UsageError(f"--sparse {path!r} {what} at {base[:12]}: cone mode checks out whole directories; "
+                             "name one that exists there")
+    return cone
+
+
+def cone_forbid(cone: list[str]) -> tuple[str, ...]:
+    """Forbid rules (gitignore-style) for what a cone-mode sparse checkout leaves out: every
+    directory but the cone's, and but their parents (whose own files git checks out).
+    Added to the role's forbid list, they make a change outside the cone a path-policy
+    failure, committed or not (an untracked one fails clean-tree as well)."""
+    if not cone:
+        return ()
+    parents = sorted({"/".join(c.split("/")[:i]) for c in cone for i in range(1, c.count("/") + 1)},
+                     key=lambda d: (d.count("/"), d))
+    inside = [d for d in cone if not any(d.startswith(o + "/") for o in cone)]
+    rules = ["/*/"]
+    for parent in parents:
+        if not any(parent == d or parent.startswith(d + "/") for d in inside):
+            rules += [f"!/{parent}/", f"/{parent}/*/"]
+    return (*rules, *(f"!/{d}/" for d in inside))
+
+
+def sparse_role(role: Role, paths: tuple[str, ...]) -> Role:
+    """The role with everything outside the `--sparse` cone forbidden."""
+    if not paths:
+        return role
+    return dataclasses.replace(role, forbid=(*role.forbid, *cone_forbid(normalise_cone(paths))))
+
+
+def admin_dir_of(worktree: Path, common: Path) -> Path:
+    # Read once, right after git wrote it and before the agent exists: from here on the
+    # admin dir is pinned and the pointer file is only something to compare.
+    text = (worktree / ".git").read_text().strip()
+    admin = Path(os.path.realpath(text.removeprefix("gitdir: ")))
+    if admin.parent != common / "worktrees":
+        raise RepoError(f"git put the worktree's metadata at {admin}, outside {common}/worktrees")
+    return admin
+
+
+@contextlib.contextmanager
+def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
+    """Serialise worktree administration on one repository across ccm-guard processes.
+
+    Concurrent `git worktree add`s read each other's half-written `commondir` files and
+    fail ("failed to read .../commondir"); an flock is released even by a killed process.
+    """
+    locks = home() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = key_hash(common_dir, 16)
+    suffix = "" if purpose == "admin" else f"-{purpose}"
+    with open(locks / f"{name}{suffix}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def no_interrupts() -> Iterator[None]:
+    """Ctrl-C must not stop a clean-up halfway (a half-removed worktree with its row gone)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def abandon(p: Plan, registry: Registry) -> None:
+    """Take back a created task whose agent never started: no worktree, branch or row left."""
+    with no_interrupts():
+        _undo_create(host_repo(p.main.common_dir), p)
+        registry.delete(p.task_id)
+
+
+def _undo_create(host: git.Repo, p: Plan) -> None:
+    """Remove whatever a failed or interrupted `worktree add` left: dir, admin dir, branch."""
+    trash.discard(p.worktree)  # one rename now: a half-made checkout can be 100k files
+    _forget_pooled(p.worktree)
+    for admin in admin_dirs_pointing_at(p.main.common_dir, p.worktree):
+        shutil.rmtree(admin, ignore_errors=True)  # a half-made one is `locked`; prune keeps those
+    ref = f"refs/heads/{p.branch}"
+    if git.ref_exists(host, ref):
+        git.delete_ref(host, ref, p.base)
+    with contextlib.suppress(GitError), admin_lock(p.main.common_dir):
+        git.worktree_prune(host)
+    with contextlib.suppress(OSError):
+        p.worktree.parent.rmdir()
+
+
+def admin_dirs_pointing_at(common: Path, worktree: Path) -> list[Path]:
+    """The admin dirs under `common` whose `gitdir` names `worktree`'s `.git`."""
+    found = []
+    for gitdir_file in (common / "worktrees").glob("*/gitdir"):
+        with contextlib.suppress(OSError):
+            if Path(gitdir_file.read_text().strip()).parent == worktree:
+                found.append(gitdir_file.parent)
+    return found
+
+
+def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: str, clean: bool = False) -> str | None:
+    """Save all of the task's work, committed and not, under refs/ccm-guard/archive/<task>.
+
+    `clean` (the clean-tree gate passed) spares building a commit of the work tree.
+    Returns the archive ref, or None when there was no work at all to keep.
+    """
+    commit = head if clean else git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n", IDENTITY)
+    if commit == head or git.tree_of(host, commit) == git.tree_of(host, head):
+        if head == base:
+            return None
+        commit = head  # everything is committed: the branch tip is the archive
+    ref = f"refs/ccm-guard/archive/{task_id}"
+    git.update_ref(host, ref, commit, message=f"ccm-guard: archive {task_id}")
+    return ref
+
+
+def remove(host: git.Repo, pins: Pins, head: str | None, *, reuse: bool = False) -> bool:
+    """Remove the worktree and its branch (only if the branch is still at `head`).
+
+    The directory is renamed into the trash and deleted after ccm-guard has exited
+    (trash.py): the caller waits for a rename, not for unlinking every file. With
+    `reuse` (its task passed), a worktree from the warm pool goes back to the pool
+    instead, reset and cleaned, if the pool wants one. Returns whether it went back.
+    """
+    returned = False
+    if reuse and head is not None and _pool_exists():
+        from ccm_guard import pool
+
+        returned = pool.give_back(pins, head)
+    if not returned:
+        # An admin dir whose gitdir names another place (the worktree was moved) is left be.
+        trash.remove_worktree(pins.worktree, pins.admin_dir, lambda: admin_lock(pins.common_dir))
+        _forget_pooled(pins.worktree)
+    if head is not None and git.ref_exists(host, pins.branch_ref):
+        git.delete_ref(host, pins.branch_ref, head)
+    with contextlib.suppress(OSError):
+        pins.worktree.parent.rmdir()
+    return returned
+
+
+def _pool_exists() -> bool:
+    return (home() / "pool").is_dir()  # spares opening the pool's tables when none was ever made
+
+
+def _forget_pooled(worktree: Path) -> None:
+    if _pool_exists():
+        from ccm_guard import pool
+
+        pool.forget(worktree)

@@ -1,0 +1,354 @@
+"""`task apply`: land a task's work on a branch without touching any working tree.
+
+`git merge-tree --write-tree` computes the result in the object store, `commit-tree`
+makes the commit, and `update-ref REF NEW OLD` moves the target only if nobody moved it
+first (compare-and-swap); a lost race recomputes against the new tip. A target that is
+checked out is brought up to date afterwards, only if it was clean. A remote target is
+pushed to, and a rejected push is fetched, rebuilt and retried (seed 000).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from ccm_guard import failpoints
+from ccm_guard import git
+from ccm_guard import worktree
+from ccm_guard.errors import ApplyRefused, GitError, StateError, UsageError
+from ccm_guard.state.registry import Registry, Task
+
+if TYPE_CHECKING:
+    from ccm_guard.copy.exec import CopyApplied
+
+STRATEGIES = ("merge", "squash", "ff")
+MAX_ATTEMPTS = 25  # local compare-and-swap: each lost race means another apply landed
+PUSH_RETRIES = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    ref: str  # refs/heads/<branch>
+    url: str | None = None  # a remote target: where to push
+
+    @property
+    def name(self) -> str:
+        short = self.ref.removeprefix("refs/heads/")
+        return f"{self.url} {short}" if self.url else short
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    task: str
+    target: str
+    strategy: str
+    old: str
+    new: str
+    files: int
+    insertions: int
+    deletions: int
+    attempts: int
+    checkout: str | None  # the checkout that was brought up to date, if any
+    remote: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def apply_task(registry: Registry, task_id: str, into: str | None = None, strategy: str = "merge",
+               retries: int = PUSH_RETRIES) -> "Applied | CopyApplied":
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    task = registry.get(task_id)
+    if task.option("strategy") == "copy":
+        return _apply_copied(registry, task, into, strategy)
+    reconcile(registry, task)
+    task = registry.get(task_id)
+    host = worktree.host_repo(Path(task.repo))
+    head = _judged_head(host, task)
+    target = resolve_target(host, task, into)
+    if target.url:
+        return _apply_remote(registry, task, host, head, target, strategy, retries)
+    return _apply_local(registry, task, host, head, target, strategy)
+
+
+def _apply_copied(registry: Registry, task: Task, into: str | None, strategy: str) -> "CopyApplied":
+    """A task in a copied directory (no git): its changes go back into the original."""
+    from ccm_guard.copy.exec import apply_copy
+
+    if into is not None or strategy != "merge":
+        raise UsageError(f"task {task.id} ran in a copy of a plain directory: it applies back into "
+                         f"{task.main_worktree} only, without --into or --strategy")
+    return apply_copy(registry, task)
+
+
+def _judged_head(host: git.Repo, task: Task) -> str:
+    """The task's tip, as long as it is what its gates passed."""
+    if task.status == "APPLIED":
+        applied = task.option("applied") or {}
+        raise ApplyRefused(f"task {task.id} is already applied into {applied.get('target')} as "
+                           f"{str(applied.get('new'))[:12]}; `ccm-guard task rollback {task.id}` undoes it")
+    if task.status != "COMMITTED":
+        raise StateError(f"task {task.id} is {task.status}: only a task that passed its gates (COMMITTED) "
+                         f"can be applied; `ccm-guard audit {task.id}` judges it again")
+    head = git.resolve_commit(host, f"refs/heads/{task.branch}")
+    if head is None:
+        raise StateError(f"task {task.id}'s branch {task.branch} is gone: `ccm-guard task restore {task.id}`")
+    judged = json.loads(task.verdict).get("head") if task.verdict else None
+    if head != judged:
+        raise ApplyRefused(f"branch {task.branch} moved since its gates passed ({str(judged)[:12]} -> {head[:12]}): "
+                           f"`ccm-guard audit {task.id}` judges it again")
+    if head == task.base:
+        raise ApplyRefused(f"task {task.id} has no commits to apply")
+    return head
+
+
+def resolve_target(host: git.Repo, task: Task, into: str | None) -> Target:
+    """--into: a local branch, REMOTE/BRANCH of a configured remote, or a repository path
+    (pushed to on the branch of the same name as your checkout's). Default: the branch
+    checked out where exec was started."""
+    if into is None or os.path.isdir(into or ""):
+        current = git.symbolic_head(git.Repo(Path(task.main_git_dir), Path(task.repo)))
+        if current is None or not current.startswith("refs/heads/"):
+            raise UsageError(f"{task.main_worktree} is on a detached HEAD: pass --into BRANCH")
+        if into is not None:
+            return Target(current, url=os.path.realpath(into))
+        return Target(current)
+    ref = into if into.startswith("refs/heads/") else f"refs/heads/{into}"
+    if ref == f"refs/heads/{task.branch}":
+        raise UsageError(f"--into {into} is the task's own branch: name the branch the work should land on")
+    if git.ref_exists(host, ref):
+        return Target(ref)
+    remote, _, branch = into.partition("/")
+    url = git.remote_url(host, remote) if branch else None
+    if url:
+        return Target(f"refs/heads/{branch}", url=url)
+    raise UsageError(f"--into {into!r} is neither a branch nor REMOTE/BRANCH of a configured remote: "
+                     "create the branch first or check `git remote -v`")
+
+
+def build(host: git.Repo, task: Task, head: str, old: str, strategy: str) -> str:
+    """The commit that would land on a target now at `old` (objects only, no tree touched)."""
+    try:
+        meeting = git.merge_base(host, old, head)  # one call answers both questions below
+    except GitError as exc:
+        raise ApplyRefused(f"the target {old[:12]} and task {task.id} share no history: pick another --into") from exc
+    if meeting == head:
+        raise ApplyRefused(f"task {task.id}'s commits are already in the target ({old[:12]})")
+    fast_forward = meeting == old
+    if strategy == "ff":
+        if not fast_forward:
+            raise ApplyRefused("the target has moved since the task's base, so this is not a fast-forward: "
+                               "use --strategy merge or squash")
+        return head
+    merged = git.merge_tree(host, old, head)
+    if merged.tree is None:
+        listing = "; ".join(f"{path} ({why})" for path, why in sorted(merged.conflicts.items()))
+        raise ApplyRefused(f"applying task {task.id} conflicts in {len(merged.conflicts)} path(s), nothing was "
+                           f"changed: {listing}")
+    subjects = "".join(f"  {sha[:12]} {subject}\n" for sha, subject in git.commits(host, task.base, head)[:50])
+    trailers = f"Ccm-Guard-Task: {task.id}\nCcm-Guard-Base: {task.base}\nCcm-Guard-Head: {head}\n"
+    title = "Squash" if strategy == "squash" else "Merge"
+    message = f"{title} ccm-guard task {task.id} ({task.branch})\n\n{subjects}\n{trailers}"
+    parents = [old] if strategy == "squash" else [old, head]
+    return git.commit_tree(host, merged.tree, parents, message, worktree.IDENTITY)
+
+
+def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, target: Target,
+                 strategy: str) -> Applied:
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        old = git.resolve_commit(host, target.ref)
+        if old is None:
+            raise UsageError(f"branch {target.name} does not exist: create it first")
+        new = build(host, task, head, old, strategy)
+        intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy}
+        moved, checkout = move_target(host, Path(task.repo), target, old, new, f"ccm-guard: apply task {task.id}",
+                                      lambda: registry.set_option(task.id, "applying", intent), "apply")
+        if moved:
+            return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
+        registry.set_option(task.id, "applying", None)
+        time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
+    raise ApplyRefused(f"{target.name} kept moving: gave up after {MAX_ATTEMPTS} attempts; try again")
+
+
+def move_target(host: git.Repo, common: Path, target: Target, old: str, new: str, message: str,
+                record: Callable[[], None], label: str) -> tuple[bool, str | None]:
+    """Move a local branch old -> new by compare-and-swap, and a clean checkout of it along.
+
+    `record` writes the move to the registry first (other runs then know it is ccm-guard's,
+    and a crash after it is reconciled). Returns (False, None) when somebody else moved
+    the branch first, else (True, the checkout brought along or None).
+    """
+    checkout = checked_out(host, target.ref)
+    with _apply_lock(common) if checkout else contextlib.nullcontext():
+        if checkout:
+            require_clean(checkout, target)
+        record()
+        failpoints.point(f"{label}-before-cas")
+        if not git.try_update_ref(host, target.ref, new, old, message):
+            return False, None
+        failpoints.point(f"{label}-after-cas")
+        if checkout:
+            _update_checkout(host, checkout, target, old, new)
+    return True, str(checkout.work_tree) if checkout else None
+
+
+def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, target: Target, strategy: str,
+                  retries: int) -> Applied:
+    branch = target.ref.removeprefix("refs/heads/")
+    tracking = f"refs/ccm-guard/push/{task.id}"
+    assert target.url is not None
+    try:
+        rejected = ""
+        for attempt in range(1, retries + 1):
+            old = git.fetch_ref(host, target.url, branch, tracking)
+            if old is None:
+                raise UsageError(f"{target.url} has no branch {branch}: create it there first")
+            new = build(host, task, head, old, strategy)
+            registry.set_option(task.id, "applying", {"ref": target.ref, "url": target.url, "old": old, "new": new,
+                                                      "strategy": strategy})
+            push = git.push_ref(host, target.url, new, branch)
+            if push is None:
+                return _record(registry, task, host, target, strategy, old, new, attempt, None)
+            rejected = push  # somebody pushed first: fetch, rebuild on their tip, retry
+            time.sleep(random.uniform(0, 0.05 * attempt))
+        registry.set_option(task.id, "applying", None)
+        raise ApplyRefused(f"{target.name} kept moving: the push was rejected {retries} times "
+                           f"(last: {rejected}); try again, or raise --retries")
+    finally:
+        with contextlib.suppress(GitError):
+            git.drop_ref(host, tracking)
+
+
+def _record(registry: Registry, task: Task, host: git.Repo, target: Target, strategy: str, old: str, new: str,
+            attempts: int, checkout: str | None) -> Applied:
+    stats = git.numstat(host, old, new)
+    applied = Applied(
+        task=task.id, target=target.name, strategy=strategy, old=old, new=new, files=len(stats),
+        insertions=sum(s.added or 0 for s in stats), deletions=sum(s.deleted or 0 for s in stats),
+        attempts=attempts, checkout=checkout, remote=target.url,
+    )
+    with registry.transaction():
+        options = registry.get(task.id).option_dict()
+        options.pop("applying", None)
+        options["applied"] = {**applied.to_json(), "ref": target.ref, "at": time.time()}
+        registry.update(task.id, options=json.dumps(options))
+    registry.move(task.id, "APPLIED")
+    return applied
+
+
+def reconcile(registry: Registry, task: Task) -> str | None:
+    """An apply that was killed between moving the target and recording it: finish the record.
+
+    Returns what was found, for `task show` and gc; None when there was nothing to do.
+    """
+    pending = task.option("applying")
+    if not pending or task.status != "COMMITTED":
+        return None
+    host = worktree.host_repo(Path(task.repo))
+    if pending.get("url"):
+        branch = pending["ref"].removeprefix("refs/heads/")
+        tip = git.fetch_ref(host, pending["url"], branch, f"refs/ccm-guard/push/{task.id}")
+        with contextlib.suppress(GitError):
+            git.drop_ref(host, f"refs/ccm-guard/push/{task.id}")
+    else:
+        tip = git.resolve_commit(host, pending["ref"])
+    landed = tip is not None and (tip == pending["new"] or git.is_ancestor(host, pending["new"], tip))
+    if not landed:
+        registry.set_option(task.id, "applying", None)
+        return "an interrupted apply did not land; the target is unchanged"
+    target = Target(pending["ref"], pending.get("url"))
+    _record(registry, task, host, target, pending.get("strategy", "merge"), pending["old"], pending["new"], 1, None)
+    return f"an interrupted apply had landed on {target.name} as {pending['new'][:12]}; recorded it as APPLIED"
+
+
+# --- a checked-out target --------------------------------------------------------------------
+
+
+def checked_out(host: git.Repo, ref: str) -> git.Repo | None:
+    for entry in git.worktree_list(host):
+        if entry.branch == ref and entry.path.is_dir():
+            return _repo_of_checkout(host, entry.path)
+    return None
+
+
+def _repo_of_checkout(host: git.Repo, path: Path) -> git.Repo:
+    found = git.discover(path)
+    return found.repo()
+
+
+def require_clean(checkout: git.Repo, target: Target) -> None:
+    # Untracked files need no look: read-tree refuses to overwrite one that is in the way.
+    dirty = [e.path for e in git.status(checkout, untracked=False)]
+    if dirty:
+        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+        raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with uncommitted changes "
+                           f"({shown}); nothing was changed: commit or stash them, then apply again")
+
+
+def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str) -> None:
+    try:
+        git.fast_forward_checkout(checkout, old, new)
+    except GitError as exc:
+        # Put the branch back so the checkout's files and its branch agree again.
+        git.try_update_ref(host, target.ref, old, new, "ccm-guard: apply undone, the checkout refused it")
+        raise ApplyRefused(f"{checkout.work_tree} could not be brought up to date ({exc.message}); "
+                           "the branch was put back, nothing changed: clear the way and apply again") from exc
+
+
+@contextlib.contextmanager
+def _apply_lock(common_dir: Path) -> Iterator[None]:
+    # Updating a checkout's index is not atomic like a ref: one applier at a time.
+    with worktree.admin_lock(common_dir, "apply"):
+        yield
+
+
+def render(a: dict[str, Any]) -> list[str]:
+    """The apply summary: what landed where (`task apply` and `exec --apply`)."""
+    from ccm_guard.text import safe
+
+    lines = [f"applied: task {safe(a['task'])} into {safe(a['target'])} ({a['strategy']}) as {a['new'][:12]}"
+             f"  files changed: {a['files']} (+{a['insertions']} -{a['deletions']})"]
+    if a.get("attempts", 1) > 1:
+        lines.append(f"  the target moved during the apply; it landed on attempt {a['attempts']}")
+    if a.get("checkout"):
+        lines.append(f"  updated your checkout: {safe(a['checkout'])}")
+    return lines
+
+
+# --- what an apply would do ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    target: str
+    task_commits: int  # base..head
+    target_commits: int  # base..target: how far the target moved since the task began
+    conflicts: dict[str, str]  # what `apply` would report (empty: it applies cleanly)
+    applied: bool  # the task's commits are already in the target
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def divergence(task: Task, into: str | None = None) -> Divergence | None:
+    """How far the task and its target have each moved since the base; objects only."""
+    host = worktree.host_repo(Path(task.repo))
+    head = git.resolve_commit(host, f"refs/heads/{task.branch}")
+    try:
+        target = resolve_target(host, task, into)
+    except UsageError:
+        return None
+    tip = git.resolve_commit(host, target.ref) if not target.url else None
+    if head is None or tip is None:
+        return None
+    applied = git.is_ancestor(host, head, tip)
+    conflicts = {} if applied or git.is_ancestor(host, tip, head) else git.merge_tree(host, tip, head).conflicts
+    return Divergence(target.name, git.count_commits(host, task.base, head), git.count_commits(host, task.base, tip),
+                      conflicts, applied)

@@ -1,0 +1,351 @@
+"""What happens to a task after its run: discard, restore, rollback, snapshot, diff.
+
+Every operation that drops work first saves it as a commit under refs/ccm-guard/
+(an archive or a snapshot), so none of them loses anything. None of them runs git on a
+worktree whose config the agent made unsafe (it could run code on the host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ccm_guard.worktree import apply as applying
+from ccm_guard.git import config as configfile
+from ccm_guard import failpoints
+from ccm_guard import git
+from ccm_guard.prevent import arm as prevention
+from ccm_guard import worktree
+from ccm_guard.errors import ApplyRefused, GitError, GuardError, StateError, UntrustedRepoError, UsageError
+from ccm_guard.gc.keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
+from ccm_guard.state.registry import Registry, Task
+from ccm_guard.detect.snapshot import Pins
+
+
+def pins_of(task: Task) -> Pins:
+    return Pins(Path(task.worktree), Path(task.admin_dir), Path(task.repo), task.branch)
+
+
+def task_repo(task: Task) -> git.Repo:
+    """The task's worktree for git, refused if its metadata now runs code (agent-writable)."""
+    pins = pins_of(task)
+    if not pins.worktree.is_dir() or not pins.admin_dir.is_dir():
+        raise StateError(f"task {task.id}'s worktree {task.worktree} is gone ({task.status}): "
+                         f"`ccm-guard task restore {task.id}` brings an archived task back")
+    reason = configfile.unsafe_to_run(pins.common_dir / "config", pins.admin_dir / "config.worktree")
+    if reason:
+        raise UntrustedRepoError(f"refusing to run git in {task.worktree}: {reason}; inspect it by hand")
+    return git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+
+
+def _not_running(task: Task) -> None:
+    if task.running:
+        raise StateError(f"task {task.id} is still running (pid {task.pid}): stop its ccm-guard first")
+
+
+def _work_head(task: Task, repo: git.Repo | None, host: git.Repo) -> str:
+    """The commit the task's work sits on: its worktree's HEAD, else its branch, else its base."""
+    if repo is not None:
+        head = git.resolve_commit(repo, "HEAD")
+        if head:
+            return head
+    return git.resolve_commit(host, f"refs/heads/{task.branch}") or task.base
+
+
+# --- discard and restore ---------------------------------------------------------------------
+
+
+def discard(registry: Registry, task_id: str) -> dict[str, Any]:
+    """Archive all work (committed and not), then remove worktree and branch."""
+    task = registry.get(task_id)
+    if task.option("strategy") == "copy":
+        from ccm_guard.copy import exec as copyexec
+
+        return copyexec.discard_copy(registry, task)
+    if task.status in ("DISCARDED", "CLEANED_UP"):
+        raise StateError(f"task {task.id} is already {task.status}" + _archive_hint(task))
+    _not_running(task)
+    applying.reconcile(registry, task)
+    task = registry.get(task_id)
+    host = worktree.host_repo(Path(task.repo))
+    pins = pins_of(task)
+    present = pins.worktree.is_dir() and pins.admin_dir.is_dir()
+    repo = task_repo(task) if present else None
+    head = _work_head(task, repo, host)
+    if repo is not None:
+        archive = worktree.archive(repo, host, task.id, task.base, head)
+    elif head != task.base:
+        archive = ARCHIVE_PREFIX + task.id
+        git.update_ref(host, archive, head, message=f"ccm-guard: archive {task.id}")
+    else:
+        archive = None
+    registry.set_option(task.id, "archive", {"ref": archive, "head": head, "status": task.status,
+                                             "commit": git.resolve_commit(host, archive) if archive else None})
+    failpoints.point("discard-after-archive")
+    if present:
+        with contextlib.suppress(GuardError, OSError):
+            prevention.disarm(pins)
+        # A pooled worktree whose task passed goes back to the pool (it checks that); the
+        # archive above already holds everything the reset there throws away.
+        returned = worktree.remove(host, pins, head, reuse=True)
+    else:
+        returned = False
+        _drop_branch(host, pins, head)
+        _drop_admin_entry(pins)
+    registry.move(task.id, "CLEANED_UP" if task.status == "APPLIED" else "DISCARDED")
+    return {"task": task.id, "archive": archive, "head": head, "removed": str(pins.worktree) if present else None,
+            "to_pool": returned,
+            "restore": f"ccm-guard task restore {task.id}" if archive else None}
+
+
+def _drop_admin_entry(pins: Pins) -> None:
+    """Only this task's admin entry: `git worktree prune` would also drop other vanished
+    worktrees' entries, with whatever detached commit or staged work they still hold."""
+    gitdir = pins.admin_dir / "gitdir"
+    with contextlib.suppress(OSError):
+        if Path(gitdir.read_text().strip()).parent == pins.worktree:
+            with worktree.admin_lock(pins.common_dir):
+                shutil.rmtree(pins.admin_dir)
+
+
+def _drop_branch(host: git.Repo, pins: Pins, head: str) -> None:
+    if git.resolve_commit(host, pins.branch_ref) == head:
+        git.delete_ref(host, pins.branch_ref, head)
+
+
+def _archive_hint(task: Task) -> str:
+    archive = (task.option("archive") or {}).get("ref")
+    return f"; its work is archived at {archive}: `ccm-guard task restore {task.id}`" if archive else ""
+
+
+def restore(registry: Registry, task_id: str) -> dict[str, Any]:
+    """Bring a discarded task back: worktree and branch as they were, uncommitted work uncommitted."""
+    task = registry.get(task_id)
+    if task.option("strategy") == "copy":
+        from ccm_guard.copy import exec as copyexec
+
+        return copyexec.restore_copy(registry, task)
+    if task.status not in ("DISCARDED", "CLEANED_UP"):
+        raise StateError(f"task {task.id} is {task.status}, not discarded: there is nothing to restore")
+    host = worktree.host_repo(Path(task.repo))
+    saved = task.option("archive") or {}
+    ref = saved.get("ref") or ARCHIVE_PREFIX + task.id
+    work = git.resolve_commit(host, ref)
+    if work is None:
+        raise StateError(f"task {task.id} has no archive ({ref} does not exist): its work was empty or removed by gc")
+    head = saved.get("head") or work
+    status = saved.get("status") or "ERRORED"
+    status = "ERRORED" if status in ("PENDING", "CREATED", "ACTIVE") else status  # it was killed mid-run
+    registry.check_move(task.id, status)
+    if git.ref_exists(host, f"refs/heads/{task.branch}"):
+        raise StateError(f"branch {task.branch} exists again: rename or delete it, then restore")
+    if os.path.lexists(task.worktree):
+        raise StateError(f"{task.worktree} exists: move it away, then restore")
+    Path(task.worktree).parent.mkdir(parents=True, exist_ok=True)
+    with worktree.admin_lock(Path(task.repo)):
+        git.worktree_add(host, Path(task.worktree), task.branch, head)
+    admin = worktree.admin_dir_of(Path(task.worktree), Path(task.repo))
+    repo = git.Repo(admin, Path(task.repo), Path(task.worktree))
+    git.reset_work_tree(repo, head, work)
+    registry.update(task.id, admin_dir=str(admin))
+    registry.move(task.id, status)
+    return {"task": task.id, "worktree": task.worktree, "branch": task.branch, "head": head,
+            "uncommitted_work": work != head}
+
+
+# --- snapshots ---------------------------------------------------------------------------------
+
+
+def snapshots(host: git.Repo, task_id: str) -> dict[int, str]:
+    prefix = f"{SNAPSHOT_PREFIX}{task_id}/"
+    found = git.refs_under(host, prefix)
+    return {int(ref[len(prefix):]): oid for ref, oid in found.items() if ref[len(prefix):].isdigit()}
+
+
+def take_snapshot(registry: Registry, task_id: str, why: str = "by hand") -> dict[str, Any]:
+    """The worktree as it is now (commits and uncommitted work) under refs/ccm-guard/snapshots/<task>/<n>."""
+    task = registry.get(task_id)
+    repo = task_repo(task)
+    return _snapshot(repo, task, why)
+
+
+def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
+    host = worktree.host_repo(Path(task.repo))
+    head = _work_head(task, repo, host)
+    message = f"ccm-guard snapshot of task {task.id} ({why})\n\nCcm-Guard-Snapshot-Head: {head}\n"
+    commit = git.archive_commit(repo, head, message, worktree.IDENTITY)
+    if git.tree_of(host, commit) == git.tree_of(host, head):
+        commit = head  # nothing uncommitted: the snapshot is the commit itself
+    number = max(snapshots(host, task.id), default=0) + 1
+    git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", commit, message=f"ccm-guard: snapshot ({why})")
+    return {"task": task.id, "snapshot": number, "commit": commit, "head": head, "uncommitted": commit != head}
+
+
+def auto_snapshots(host: git.Repo, task: Task, head: str, every: int) -> list[int]:
+    """A snapshot at every `every`-th commit of the run (seed 004), so a later rollback can
+    go back part of the way. Commits already snapshotted are not taken twice."""
+    if every <= 0 or head == task.base:
+        return []
+    taken = snapshots(host, task.id)
+    have = set(taken.values())
+    made = []
+    number = max(taken, default=0)
+    for index, (sha, _) in enumerate(git.commits(host, task.base, head), start=1):
+        if index % every == 0 and sha not in have:
+            number += 1
+            git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", sha,
+                           message=f"ccm-guard: snapshot after commit {index}")
+            made.append(number)
+    return made
+
+
+def _snapshot_parts(host: git.Repo, commit: str) -> tuple[str, str]:
+    """(head, work) of a snapshot: a commit with uncommitted work names its head in a trailer."""
+    for line in git.commit_message(host, commit).splitlines():
+        if line.startswith("Ccm-Guard-Snapshot-Head: "):
+            return line.split(": ", 1)[1].strip(), commit
+    return commit, commit
+
+
+# --- rollback ------------------------------------------------------------------------------
+
+
+def rollback(registry: Registry, task_id: str, to_snapshot: int | None = None, path: str | None = None) -> dict[str, Any]:
+    task = registry.get(task_id)
+    applying.reconcile(registry, task)
+    task = registry.get(task_id)
+    if task.status == "APPLIED":
+        if to_snapshot is not None or path is not None:
+            raise UsageError(f"task {task.id} is applied: roll back the apply first (no --file/--to-snapshot)")
+        return _rollback_apply(registry, task)
+    if task.status in ("DISCARDED", "CLEANED_UP"):
+        raise StateError(f"task {task.id} is {task.status}: `ccm-guard task restore {task.id}` first")
+    _not_running(task)
+    repo = task_repo(task)
+    host = worktree.host_repo(Path(task.repo))
+    current = git.symbolic_head(repo)
+    if current != f"refs/heads/{task.branch}":
+        raise StateError(f"the worktree is on {current or 'a detached HEAD'}, not {task.branch}: "
+                         f"check it out there (git -C {task.worktree} switch {task.branch}), then roll back")
+    saved = _snapshot(repo, task, "before rollback")  # nothing a rollback drops is lost
+    if path is not None:
+        kept = git.restore_path(repo, task.base, path)
+        return {"task": task.id, "file": path, "to": "base" if kept else "removed (not in the base)",
+                "saved_as_snapshot": saved["snapshot"]}
+    if to_snapshot is not None:
+        commit = snapshots(host, task.id).get(to_snapshot)
+        if commit is None:
+            raise UsageError(f"task {task.id} has no snapshot {to_snapshot}: `ccm-guard task show {task.id}` lists them")
+        head, work = _snapshot_parts(host, commit)
+    else:
+        head, work = task.base, task.base
+    git.reset_work_tree(repo, head, work)
+    if task.status != "ROLLED_BACK":
+        registry.move(task.id, "ROLLED_BACK")
+    return {"task": task.id, "to": f"snapshot {to_snapshot}" if to_snapshot else "base", "head": head,
+            "saved_as_snapshot": saved["snapshot"]}
+
+
+def _rollback_apply(registry: Registry, task: Task) -> dict[str, Any]:
+    """The target back to before the apply if nothing landed on it since, else a revert commit."""
+    applied = task.option("applied") or {}
+    host = worktree.host_repo(Path(task.repo))
+    target = applying.Target(applied["ref"], applied.get("remote"))
+    old, new = applied["old"], applied["new"]
+    if target.url:
+        how = _revert_remote(host, task, target, old, new)
+    else:
+        how = _revert_local(registry, host, task, target, old, new)
+    registry.move(task.id, "ROLLED_BACK")
+    return {"task": task.id, "target": target.name, **how}
+
+
+def _revert_commit(host: git.Repo, task: Task, tip: str, old: str, new: str) -> str:
+    """A commit on `tip` that undoes old..new. merge-tree with a scratch commit (old's tree
+    on top of new) as the other side makes `new` the merge base, so the result is tip
+    minus the apply's change, with later work kept (git 2.39 has no --merge-base)."""
+    scratch = git.commit_tree(host, git.tree_of(host, old), [new], "ccm-guard: revert scratch\n", worktree.IDENTITY)
+    merged = git.merge_tree(host, tip, scratch)
+    if merged.tree is None:
+        listing = "; ".join(f"{p} ({why})" for p, why in sorted(merged.conflicts.items()))
+        raise ApplyRefused(f"reverting task {task.id} conflicts with later work, nothing was changed: {listing}")
+    message = (f"Revert ccm-guard task {task.id}\n\nThis undoes {old[:12]}..{new[:12]}.\n\n"
+               f"Ccm-Guard-Task: {task.id}\nCcm-Guard-Revert: {new}\n")
+    return git.commit_tree(host, merged.tree, [tip], message, worktree.IDENTITY)
+
+
+def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applying.Target, old: str,
+                  new: str) -> dict[str, Any]:
+    for _ in range(applying.MAX_ATTEMPTS):
+        tip = git.resolve_commit(host, target.ref)
+        if tip is None:
+            raise StateError(f"branch {target.name} is gone: nothing to roll back")
+        if not git.is_ancestor(host, new, tip):
+            raise StateError(f"{target.name} no longer contains the apply ({new[:12]}): it was already undone")
+        result = old if tip == new else _revert_commit(host, task, tip, old, new)
+        move = {"ref": target.ref, "old": tip, "new": result}
+        moved, _ = applying.move_target(host, Path(task.repo), target, tip, result,
+                                        f"ccm-guard: roll back task {task.id}",
+                                        lambda: registry.set_option(task.id, "rolled_back", move), "rollback")
+        if not moved:
+            registry.set_option(task.id, "rolled_back", None)
+            continue
+        how = "reset (nothing had landed since)" if result == old else "revert commit (later work kept)"
+        return {"how": how, "from": tip, "to": result}
+    raise ApplyRefused(f"{target.name} kept moving: try the rollback again")
+
+
+def _revert_remote(host: git.Repo, task: Task, target: applying.Target, old: str, new: str) -> dict[str, Any]:
+    # A remote is never force-pushed: always a revert commit on its tip.
+    assert target.url is not None
+    branch = target.ref.removeprefix("refs/heads/")
+    tracking = f"refs/ccm-guard/push/{task.id}"
+    for attempt in range(1, applying.PUSH_RETRIES + 1):
+        tip = git.fetch_ref(host, target.url, branch, tracking)
+        if tip is None or not git.is_ancestor(host, new, tip):
+            raise StateError(f"{target.name} no longer contains the apply ({new[:12]})")
+        result = _revert_commit(host, task, tip, old, new)
+        if git.push_ref(host, target.url, result, branch) is None:
+            return {"how": "revert commit pushed", "from": tip, "to": result}
+        time.sleep(0.02 * attempt)
+    raise ApplyRefused(f"{target.name} kept moving: try the rollback again")
+
+
+# --- diff ----------------------------------------------------------------------------------
+
+
+def diff(registry: Registry, task_id: str) -> str:
+    """The task's change against its base as git shows it, uncommitted work included."""
+    task = registry.get(task_id)
+    host = worktree.host_repo(Path(task.repo))
+    pins = pins_of(task)
+    if pins.worktree.is_dir():
+        repo = task_repo(task)
+        head = _work_head(task, repo, host)
+        work = git.archive_commit(repo, head, "ccm-guard diff\n", worktree.IDENTITY)
+    else:
+        archive = (task.option("archive") or {}).get("ref")
+        work = (git.resolve_commit(host, archive) if archive else None) or _work_head(task, None, host)
+    return git.diff_text(host, task.base, work)
+
+
+def describe(registry: Registry, task: Task) -> dict[str, Any]:
+    """What `task show` adds to the row: divergence, snapshots, archive, crash repairs."""
+    info: dict[str, Any] = {}
+    repaired = applying.reconcile(registry, task)
+    if repaired:
+        info["repaired"] = repaired
+    host = worktree.host_repo(Path(task.repo))
+    with contextlib.suppress(GuardError):
+        div = applying.divergence(registry.get(task.id))
+        if div is not None:
+            info["divergence"] = div.to_json()
+    with contextlib.suppress(GuardError):
+        info["snapshots"] = {str(n): sha for n, sha in sorted(snapshots(host, task.id).items())}
+    info["worktree_present"] = Path(task.worktree).is_dir()
+    return info
