@@ -10,8 +10,8 @@ Helpers (plain functions, import them from conftest):
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import os
 import subprocess
 import sys

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import spawn_exec, ccm, git, run_exec, write_agent
+from conftest import ccm, git, run_exec, spawn_exec, write_agent
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 
@@ -74,8 +74,6 @@ def test_audit_of_an_unknown_task_or_path(tmp_path: Path) -> None:
 def test_a_task_whose_ccm_guard_was_killed_is_explained_and_auditable(repo: Path, tmp_path: Path) -> None:
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     started = tmp_path / "started"

@@ -9,13 +9,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import ccm, git, write_agent
 
 from ccm_guard import git as gitmod
-from ccm_guard.run import exec as guard
-from ccm_guard import worktree
+from ccm_guard.agent.options import ExecOptions
 from ccm_guard.errors import ExitCode, RepoError
+from ccm_guard.run import exec as guard
+from ccm_guard.state import home
 from ccm_guard.state.registry import Registry
-from conftest import ccm, git, make_repo, write_agent
 
 
 def assert_nothing_left(repo: Path) -> None:
@@ -85,7 +86,7 @@ def test_task_id_that_exists(repo: Path, tmp_path: Path) -> None:
 
 
 def test_worktree_path_that_exists(repo: Path) -> None:
-    key = worktree.repo_key(gitmod.discover(repo))
+    key = home.repo_key(gitmod.discover(repo))
     squatter = Path(os.environ["CCM_GUARD_HOME"], "worktrees", key, "squat")
     squatter.mkdir(parents=True)
     proc = ccm("exec", "--task", "squat", "--", "true", cwd=repo)
@@ -133,7 +134,7 @@ def test_not_enough_disk_is_refused_before_anything_is_made(repo: Path, monkeypa
         return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 1, 1, st.f_files,
                                   st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
 
-    opts = guard.ExecOptions(command=["true"], start=repo, terminal=False)
+    opts = ExecOptions(command=["true"], start=repo, terminal=False)
     with monkeypatch.context() as patch, pytest.raises(RepoError, match="not enough disk space for the checkout"):
         patch.setattr(os, "statvfs", tiny)
         guard.exec_task(opts, Registry())
@@ -158,7 +159,7 @@ def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch:
         proc.wait()
         raise KeyboardInterrupt
 
-    opts = guard.ExecOptions(command=["true"], start=repo, task="halfway", terminal=False)
+    opts = ExecOptions(command=["true"], start=repo, task="halfway", terminal=False)
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
         patch.setattr(gitmod, "worktree_add", interrupted_add)
         guard.exec_task(opts, Registry())

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ccm, run_exec, write_agent
 
 from ccm_guard.copy import exec as copyexec
-from ccm_guard.prevent import sandbox
 from ccm_guard.errors import ApplyRefused, StateError
+from ccm_guard.prevent import sandbox
 from ccm_guard.state.registry import Registry, Task
-
-from conftest import ccm, run_exec, write_agent
 
 EDIT = """
 printf 'a\\nB\\nc\\nd\\n' > src/app.txt

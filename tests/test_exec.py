@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import spawn_exec, ccm, git, make_repo, run_exec, state_of, write_agent
+from conftest import ccm, git, make_repo, run_exec, spawn_exec, state_of, write_agent
 
 COMMIT = 'echo "$1" > "${2:-work.txt}"; git add -A; git commit -q -m "agent work"'
 

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, ccm, git, run_exec, write_agent
 
 from ccm_guard.prevent import sandbox
-from conftest import ROOT, ccm, git, run_exec, write_agent
 
 pytestmark = pytest.mark.skipif(sandbox.abi() == 0, reason="this kernel has no Landlock")
 

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ccm_guard import gc
-from ccm_guard.gc import keep
-from ccm_guard.gc import linked
-from ccm_guard import git as cg
-from ccm_guard import worktree
-from ccm_guard.state.registry import Registry
 from conftest import ccm, git, make_repo, run_exec, spawn_exec, state_of, write_agent
+
+from ccm_guard import gc, worktree
+from ccm_guard import git as cg
+from ccm_guard.gc import keep, linked
+from ccm_guard.git import layout
+from ccm_guard.state import home
+from ccm_guard.state.registry import Registry
 
 DAY = 86400.0
 COMMIT = 'echo feature > feature.txt\nrgit add feature.txt\nrgit commit -q -m "add feature"\n'
@@ -94,7 +94,7 @@ def _worktree_with_work(repo: Path, path: Path, branch: str) -> str:
 
 
 def _key_dir(repo: Path) -> Path:
-    return Path(os.environ["CCM_GUARD_HOME"]) / "worktrees" / worktree.repo_key(cg.discover(repo))
+    return Path(os.environ["CCM_GUARD_HOME"]) / "worktrees" / home.repo_key(cg.discover(repo))
 
 
 # --- stale tasks -----------------------------------------------------------------------------------
@@ -513,7 +513,7 @@ def test_expiry_removes_only_the_places_made_for_the_task(repo: Path, tmp_path: 
 
 def test_every_removal_refuses_work_that_no_surviving_ref_keeps(repo: Path, tmp_path: Path) -> None:
     common = repo / ".git"
-    host = worktree.host_repo(common)
+    host = layout.host_repo(common)
     path = tmp_path / "w"
     tip = _worktree_with_work(repo, path, "ccm/w")
     repo_w = cg.Repo(common / "worktrees" / "w", common, path)

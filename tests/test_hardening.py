@@ -19,8 +19,17 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
-from conftest import AUTHOR, ExecResult, ccm, git, make_repo, marker_script, run_exec, spawn_exec, write_agent
+from conftest import (
+    AUTHOR,
+    ExecResult,
+    ccm,
+    git,
+    make_repo,
+    marker_script,
+    run_exec,
+    spawn_exec,
+    write_agent,
+)
 
 COMMIT = 'echo "agent work" > work.txt; git add -A; git commit -q -m "agent work"'
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import AUTHOR, git, make_repo
+from conftest import AUTHOR, git
 
 from ccm_guard.prevent import hookrun
 from ccm_guard.prevent import hooks as install

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import AUTHOR, git
 
-from ccm_guard.prevent import hooks as install
 from ccm_guard.errors import RepoError
+from ccm_guard.prevent import hooks as install
 
 State = dict[str, tuple[str, int, bytes]]
 

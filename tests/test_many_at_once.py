@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ccm, git, make_repo, spawn_exec, write_agent
 
 N = 10

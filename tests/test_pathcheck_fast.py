@@ -15,7 +15,15 @@ from typing import Callable, Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccm_guard.detect.paths import EXECUTABLE, GITLINK, SYMLINK, PathChange, Violation, _change, check
+from ccm_guard.detect.paths import (
+    EXECUTABLE,
+    GITLINK,
+    SYMLINK,
+    PathChange,
+    Violation,
+    _change,
+    check,
+)
 from ccm_guard.policy.rules import _CHUNK, _FEW, Rules
 
 # Names that forbid rules catch, in other spellings (case, Unicode forms, "ß" folding to
@@ -157,8 +165,8 @@ def test_names_the_tree_long_held_in_two_spellings_matter_only_to_an_added_twin(
 
 
 def test_windows_and_mac_twins_of_a_control_file_are_caught_in_bulk_too() -> None:
-    from ccm_guard.policy.rules import Rules
     from ccm_guard.policy import CONTROL_PATHS
+    from ccm_guard.policy.rules import Rules
 
     rules = Rules(None, CONTROL_PATHS)
     twins = [".gitattributes ", "sub/.gitmodules.", ".git\u200cattributes"]

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ccm, git, run_exec, write_agent
 
-from ccm_guard import policy
-from conftest import ccm, git, make_repo, run_exec, write_agent
+from ccm_guard.detect.policy_at import check_staged
 
 
 def commit_all(repo: Path, message: str = "policy") -> None:
@@ -243,5 +243,5 @@ def test_check_paths_staged_and_range(repo: Path) -> None:
 def test_check_staged_api_for_hooks(repo: Path) -> None:
     (repo / ".gitattributes").write_text("* text\n")
     git(repo, "add", "-A")
-    assert policy.check_staged(repo, None) == [
+    assert check_staged(repo, None) == [
         ".gitattributes: changed, but forbidden by '**/.gitattributes' (staged)"]

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import ccm, git, make_repo, run_exec, small_tmpfs, spawn_exec, write_agent
 
 from ccm_guard import pool

@@ -1,3 +1,5 @@
+from ccm_guard.state import home
+
 """The runner: leftovers, timeouts, signals, the pseudo-terminal."""
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import spawn_exec, ROOT, alive, git, run_exec, write_agent
+from conftest import ROOT, alive, git, run_exec, spawn_exec, write_agent
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 
@@ -129,9 +131,8 @@ def test_stdout_and_stderr_are_passed_through_and_logged(repo: Path, tmp_path: P
 
 def _task_worktree(repo: Path, task: str) -> Path:
     from ccm_guard import git as gitmod
-    from ccm_guard import worktree
 
-    return Path(os.environ["CCM_GUARD_HOME"], "worktrees", worktree.repo_key(gitmod.discover(repo)), task)
+    return Path(os.environ["CCM_GUARD_HOME"], "worktrees", home.repo_key(gitmod.discover(repo)), task)
 
 
 def test_the_persons_own_shell_in_the_worktree_is_left_alone(repo: Path, tmp_path: Path) -> None:

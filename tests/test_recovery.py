@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from ccm_guard import git as gitmod
-from ccm_guard.detect import recovery
-from ccm_guard.prevent import roots
-from ccm_guard.detect import signatures
-from ccm_guard.errors import GitError
 from conftest import git, make_repo
 from test_sandbox import confined, linked_worktree, needs_landlock
+
+from ccm_guard import git as gitmod
+from ccm_guard.detect import recovery, signatures
+from ccm_guard.errors import GitError
+from ccm_guard.prevent import roots
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "ccm-guard", "GIT_AUTHOR_EMAIL": "ccm-guard@localhost",

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
-from ccm_guard.prevent import roots
-from ccm_guard.errors import RepoError
 from conftest import git, make_repo
 from test_sandbox import confined, linked_worktree, needs_landlock
+
+from ccm_guard.errors import RepoError
+from ccm_guard.prevent import roots
 
 WORK = "echo more >> README.md && git add README.md && git commit -qm work"
 

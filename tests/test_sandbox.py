@@ -14,12 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import git, make_repo
 
-from ccm_guard.prevent import roots
-from ccm_guard.prevent import sandbox
 from ccm_guard.detect import signatures
 from ccm_guard.errors import UsageError
-from conftest import git, make_repo
+from ccm_guard.prevent import roots, sandbox
 
 needs_landlock = pytest.mark.skipif(sandbox.abi() == 0, reason=f"no Landlock here: {sandbox.describe()}")
 

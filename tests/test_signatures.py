@@ -14,11 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from ccm_guard.prevent import roots
-from ccm_guard.detect import signatures
 from conftest import git, make_repo
 from test_sandbox import confined, needs_landlock
+
+from ccm_guard.detect import signatures
+from ccm_guard.prevent import roots
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path, Path]:

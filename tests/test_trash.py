@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, git, make_repo, run_exec, write_agent
 
 from ccm_guard.state import trash

@@ -13,10 +13,10 @@ import shutil
 import stat
 from pathlib import Path
 
-from ccm_guard.worktree import include as worktreeinclude
-from ccm_guard.worktree.include import copy_included
-
 from conftest import git, make_repo
+
+from ccm_guard import clone
+from ccm_guard.worktree.include import copy_included
 
 GITIGNORE = "node_modules/\n.env\nbuild/\n*.log\ncache\nvendor\n"
 
@@ -253,7 +253,7 @@ def _reflinks_in(directory: Path) -> bool:
     a.write_bytes(b"x" * 4096)
     try:
         with open(a, "rb") as src, open(b, "wb") as dst:
-            fcntl.ioctl(dst.fileno(), worktreeinclude.FICLONE, src.fileno())
+            fcntl.ioctl(dst.fileno(), clone.FICLONE, src.fileno())
         return True
     except OSError as exc:
         assert exc.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL), exc

@@ -5,15 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import click
 
-from ccm_guard import git
-from ccm_guard.run.exec import ExecOptions, exec_task
-from ccm_guard.state.registry import Registry
-from ccm_guard.detect.verdict import render
+from ccm_guard.cli.options import CONTEXT, handled
 
 GOOD_AGENT = """#!/bin/sh
 # A well-behaved agent: edits a file and commits it.
@@ -41,6 +39,8 @@ echo "agent: done (and up to no good)"
 
 
 def _make_repo(root: Path) -> Path:
+    from ccm_guard import git
+
     repo = root / "project"
     repo.mkdir()
     env = {**git.environment(None), "GIT_AUTHOR_NAME": "Demo", "GIT_AUTHOR_EMAIL": "demo@example.com",
@@ -57,6 +57,12 @@ def _make_repo(root: Path) -> Path:
 
 
 def run_demo(keep: bool) -> int:
+    # Imported here, not at the top: every ccm-guard command imports this module.
+    from ccm_guard.agent.options import ExecOptions
+    from ccm_guard.detect.verdict import render
+    from ccm_guard.run.exec import exec_task
+    from ccm_guard.state.registry import Registry
+
     root = Path(tempfile.mkdtemp(prefix="ccm-guard-demo-"))
     previous_home = os.environ.get("CCM_GUARD_HOME")
     os.environ["CCM_GUARD_HOME"] = str(root / "state")  # never the person's ~/.ccm
@@ -85,3 +91,16 @@ def run_demo(keep: bool) -> int:
             os.environ["CCM_GUARD_HOME"] = previous_home
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--keep", is_flag=True, help="Keep the throwaway repository and print where it is.")
+@handled
+def demo(keep: bool) -> None:
+    """Make a throwaway repository and run two scripted agents through exec.
+
+    The first agent edits a file and commits: it passes. The second also commits, but
+    leaves a file uncommitted, plants a hook in .git/hooks and moves your main branch:
+    the gates catch all three. Your own repositories and ~/.ccm are not touched.
+    """
+    sys.exit(run_demo(keep))

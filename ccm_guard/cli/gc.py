@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ccm_guard.cli import CONTEXT, handled, main
+from ccm_guard.cli.options import CONTEXT, handled
 from ccm_guard.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ Exit codes:
   7    with --yes: one or more actions failed (each says why; nothing was lost)"""
 
 
-@main.command("gc", context_settings=CONTEXT, epilog=GC_EPILOG)
+@click.command("gc", context_settings=CONTEXT, epilog=GC_EPILOG)
 @click.option("--dry-run/--yes", "dry_run", default=True,
               help="Only show what would be done and why (the default), or do it.")
 @click.option("--older-than", "older_than", default="7d", show_default=True, metavar="AGE",

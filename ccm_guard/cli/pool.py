@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ccm_guard.cli import CONTEXT, handled, main
+from ccm_guard.cli.options import CONTEXT, handled
 
 POOL_EPILOG = """\
 \b
@@ -20,7 +20,7 @@ Exit codes:
   7    registry problem"""
 
 
-@main.group(context_settings=CONTEXT)
+@click.group(context_settings=CONTEXT)
 def pool() -> None:
     """The warm pool: ready worktrees per repository, so `exec` starts in milliseconds.
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from ccm_guard.cli import CONTEXT, handled, main
+from ccm_guard.cli.options import CONTEXT, handled
 from ccm_guard.errors import EXIT_CODE_TABLE
 
 
-@main.group(context_settings=CONTEXT)
+@click.group(context_settings=CONTEXT)
 def policy() -> None:
     """Roles and their path rules: show the effective policy, or check a file.
 
@@ -44,8 +44,9 @@ def policy() -> None:
 def policy_show(role: str | None, policy_file: Path | None, as_json: bool) -> None:
     """Print the effective policy of this repository and where each value came from."""
     from ccm_guard import policy as pol
+    from ccm_guard.detect.policy_at import for_checkout
 
-    _, effective = pol.for_checkout(Path.cwd(), "HEAD", policy_file)
+    _, effective = for_checkout(Path.cwd(), "HEAD", policy_file)
     names = [effective.role(role).name] if role else sorted(effective.roles)
     data = {"default_role": effective.default_role, "files": effective.files,
             "roles": {n: pol.describe(effective.roles[n]) for n in names}}
@@ -71,7 +72,7 @@ def policy_check(file: Path | None) -> None:
     click.echo(f"{path}: ok ({len(effective.roles)} roles, default {effective.default_role})")
 
 
-@main.command("check-paths", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.command("check-paths", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("rev_range", required=False, metavar="[REV-RANGE]")
 @click.option("--staged", is_flag=True, help="Check what is staged for the next commit (the default).")
 @click.option("--role", metavar="ROLE", help="The role whose rules apply (default: the policy's default role).")
@@ -87,7 +88,7 @@ def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_fi
       ccm-guard check-paths --role test-writer main..HEAD # every commit of a branch
     The policy is read as committed at HEAD. Exit 1 when a path breaks a rule.
     """
-    from ccm_guard.detect.paths import check_paths_command
+    from ccm_guard.detect.policy_at import check_paths_command
 
     violations = check_paths_command(Path.cwd(), rev_range if not staged else None, role, policy_file)
     if as_json:
@@ -98,7 +99,7 @@ def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_fi
     sys.exit(1 if any(v.severity == "fail" for v in violations) else 0)
 
 
-@main.command(context_settings=CONTEXT)
+@click.command(context_settings=CONTEXT)
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="A JSON list.")
 @click.option("--format", "fmt", type=click.Choice(["lines", "codex"]), default="lines", show_default=True,
@@ -138,7 +139,7 @@ def _show(report: "object", as_json: bool) -> None:
         click.echo(f"  kept: {was} -> {now} (chained)")
 
 
-@main.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("repo", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--worktree", "linked", type=click.Path(file_okay=False, path_type=Path),
               help="Guard one linked worktree only (per-worktree config): its branch is the only ref it may move.")
@@ -163,7 +164,7 @@ def install(repo: Path | None, linked: Path | None, role: str | None, force: boo
         _show(install_repo((repo or Path.cwd()).resolve(), force=force), as_json)
 
 
-@main.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("repo", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--worktree", "linked", type=click.Path(file_okay=False, path_type=Path),
               help="Remove them from this linked worktree only.")
@@ -179,7 +180,7 @@ def uninstall(repo: Path | None, linked: Path | None, as_json: bool) -> None:
         _show(uninstall_repo((repo or Path.cwd()).resolve()), as_json)
 
 
-@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True}, hidden=True)
+@click.command(context_settings={**CONTEXT, "ignore_unknown_options": True}, hidden=True)
 @click.argument("name")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def hook(name: str, args: tuple[str, ...]) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from ccm_guard.cli import CONTEXT, handled, main, run_options
+from ccm_guard.cli.options import CONTEXT, handled, run_options
 from ccm_guard.errors import EXIT_CODE_TABLE
 
 
@@ -30,7 +30,7 @@ def _emit(data: dict[str, Any], as_json: bool, lines: list[str]) -> None:
     click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
 
 
-@main.group(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.group(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 def task() -> None:
     """The task registry: what ran, where, and what to do with its work.
 
@@ -147,8 +147,8 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
     apply won the race. A target checked out in a clean worktree is brought up to date; if
     that checkout has uncommitted changes, or the merge conflicts, nothing changes (exit 8).
     """
-    from ccm_guard.worktree.apply import apply_task, render
     from ccm_guard.state.registry import Registry
+    from ccm_guard.worktree.apply import apply_task, render
 
     registry = Registry()
     applied = apply_task(registry, task_id, into, strategy, retries).to_json()
@@ -243,10 +243,10 @@ def task_resume(task_id: str, timeout: float | None, grace: float, keep_env: tup
     The agent's question.json is moved to the task's log directory first. The options
     mean what they mean for `exec`.
     """
-    from ccm_guard.run.exec import ExecOptions
-    from ccm_guard.state.registry import Registry
+    from ccm_guard.agent.options import ExecOptions
     from ccm_guard.detect.verdict import render, to_json
     from ccm_guard.run.resume import resume_task
+    from ccm_guard.state.registry import Registry
 
     opts = ExecOptions(command=list(command), start=Path.cwd(), timeout=timeout, grace=grace, keep_env=keep_env,
                        terminal=False if as_json and terminal is None else terminal, json_stdout=as_json,

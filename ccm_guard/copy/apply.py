@@ -18,12 +18,24 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ccm_guard import worktree
-from ccm_guard.copy.tree import (STRATEGY, Change, Item, diff, file_changes, line_stats, manifest_hash, observe,
-                       observe_one, read_manifest, same, walk)
+from ccm_guard.clone import Cloner
+from ccm_guard.copy.tree import (
+    STRATEGY,
+    Change,
+    Item,
+    diff,
+    file_changes,
+    line_stats,
+    manifest_hash,
+    observe,
+    observe_one,
+    read_manifest,
+    same,
+    walk,
+)
 from ccm_guard.errors import ApplyRefused, StateError, UsageError
-from ccm_guard.state.registry import TRANSITIONS, Registry, Task, home
-from ccm_guard.worktree.include import Cloner
+from ccm_guard.state.home import admin_lock, home
+from ccm_guard.state.registry import TRANSITIONS, Registry, Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +70,7 @@ def apply_copy(registry: Registry, task: Task) -> CopyApplied:
     _require_copy(task)
     source, copy = Path(task.main_worktree), Path(task.worktree)
     # One apply into a directory at a time: the check and the writes must not interleave.
-    with worktree.admin_lock(source, "copy"):
+    with admin_lock(source, "copy"):
         task = registry.get(task.id)
         if task.status != "COMMITTED":
             raise StateError(f"task {task.id} is {task.status}: only a task whose gates passed (COMMITTED) "

@@ -23,17 +23,25 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import policy
-from ccm_guard.prevent import arm as prevention
-from ccm_guard.agent import processes
-from ccm_guard.agent import runner
-from ccm_guard import worktree
+from ccm_guard.agent import processes, runner
+from ccm_guard.agent.options import ExecOptions
 from ccm_guard.copy.apply import CopyApplied, apply_copy, discard_copy, restore_copy
 from ccm_guard.copy.gates import BRANCH, CopyVerdict, judge_copy
-from ccm_guard.copy.tree import STRATEGY, Item, copy_directory, manifest_hash, read_manifest, walk, write_manifest
+from ccm_guard.copy.tree import (
+    STRATEGY,
+    Item,
+    copy_directory,
+    manifest_hash,
+    read_manifest,
+    walk,
+    write_manifest,
+)
+from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import GuardError, RepoError, UsageError
-from ccm_guard.run.exec import Checks, ExecOptions
-from ccm_guard.state.registry import Registry, Task, home, key_hash
-from ccm_guard.detect.verdict import Verdict
+from ccm_guard.prevent import arm as prevention
+from ccm_guard.state import registry
+from ccm_guard.state.home import home, key_hash, no_interrupts, require_space
+from ccm_guard.state.registry import Registry, Task
 
 # The strategy's entry points, and what its callers and tests reach through this module.
 __all__ = ["STRATEGY", "Checks", "CopyApplied", "CopyVerdict", "apply_copy", "discard_copy", "exec_copied",
@@ -95,7 +103,7 @@ def plan_copy(opts: ExecOptions) -> CopyPlan:
     if state == source or state.is_relative_to(source):
         raise RepoError(f"{source} holds ccm-guard's state directory {state}, so it cannot be copied into it: "
                         "run in a subdirectory, or point CCM_GUARD_HOME elsewhere")
-    task_id = worktree.sanitise_task_id(opts.task) if opts.task else worktree.new_task_id()
+    task_id = registry.sanitise_task_id(opts.task) if opts.task else registry.new_task_id()
     key = f"{source.name or 'root'}-{key_hash(source)}"
     copy, logs = state / "copies" / key / task_id, state / "logs" / key / task_id
     for path in (copy, logs):
@@ -156,7 +164,7 @@ def _copied_note(counts: dict[str, int], special: list[str]) -> str:
 
 
 def _abandon(plan: CopyPlan, registry: Registry) -> None:
-    with worktree.no_interrupts():
+    with no_interrupts():
         remove_tree(plan.copy)
         remove_tree(plan.log_dir)
         with contextlib.suppress(OSError):
@@ -171,7 +179,7 @@ def check_disk(source: Path, dest: Path) -> None:
         if stat.S_ISREG(st.st_mode):
             files += 1
             total += st.st_size
-    worktree.require_space(dest, files, total, f"to copy {source}")
+    require_space(dest, files, total, f"to copy {source}")
 
 
 def _agent_env(opts: ExecOptions, task_id: str, copy: Path, private: Path, marker: str) -> dict[str, str]:

@@ -13,14 +13,22 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
+from ccm_guard.copy.tree import (
+    STRATEGY,
+    Change,
+    Item,
+    diff,
+    file_changes,
+    line_stats,
+    manifest_hash,
+    observe,
+)
 from ccm_guard.detect.context import WARN, Finding
-from ccm_guard.copy.tree import STRATEGY, Change, Item, diff, file_changes, line_stats, manifest_hash, observe
 from ccm_guard.detect.gates import GateResult
-from ccm_guard.git import FileStat
-from ccm_guard.run.exec import Checks
 from ccm_guard.detect.paths import MISSING, PathChange
+from ccm_guard.detect.verdict import Checks, Verdict
+from ccm_guard.git import FileStat
 from ccm_guard.state.registry import Task
-from ccm_guard.detect.verdict import Verdict
 
 BRANCH = "(copy)"  # a copied directory has no branch; the registry's column is not null
 NOT_RUN = ("git-metadata", "refs-untouched", "main-checkout", "new-commit", "clean-tree")
@@ -134,7 +142,9 @@ def gate_path_policy(run: CopyRun) -> list[Finding]:
     if role is None or not changes:
         return []
     from ccm_guard.detect.paths import check
-    from ccm_guard.policy.rules import Rules  # pathspec's import costs ~50 ms: only when there are paths
+    from ccm_guard.policy.rules import (
+        Rules,  # pathspec's import costs ~50 ms: only when there are paths
+    )
 
     targets = {c.path: c.after.digest for c in run.changes if c.after is not None and c.after.kind == "l"}
     finals = [p for p, i in run.after.items() if i.kind in ("f", "l")]

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Collection, Iterator, Mapping
 
 from ccm_guard import git
+from ccm_guard.clone import Cloner, copy_tree, digest_fd
 from ccm_guard.errors import StateError
-from ccm_guard.state.registry import Task, home
-from ccm_guard.worktree.include import Cloner, copy_tree, digest_fd
+from ccm_guard.state.home import home
+from ccm_guard.state.registry import Task
 
 STRATEGY = "copy"  # the strategy's name: in the task's options, its manifest and its verdict
 

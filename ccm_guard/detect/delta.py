@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 
 from ccm_guard.detect import objects
-from ccm_guard.detect.snapshot import Pins, Snapshot
+from ccm_guard.detect.snapshot import Snapshot
+from ccm_guard.state.pins import Pins
 
 
 class Owner(enum.Enum):

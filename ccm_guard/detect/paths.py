@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from ccm_guard import git
 
 if TYPE_CHECKING:
-    from ccm_guard.policy.rules import Rules  # pathspec costs ~35 ms to import: only when paths are checked
     from ccm_guard.policy import Role
+    from ccm_guard.policy.rules import (
+        Rules,  # pathspec costs ~35 ms to import: only when paths are checked
+    )
 
 SYMLINK, GITLINK, EXECUTABLE, MISSING = "120000", "160000", "100755", "000000"
 
@@ -274,20 +276,3 @@ def _rules(role: "Role | Rules") -> "Rules":
     from ccm_guard.policy.rules import Rules
 
     return role if isinstance(role, Rules) else Rules(role.allow, role.forbid)
-
-
-def check_paths_command(start: Path, rev_range: str | None, role: str | None,
-                        override: Path | None) -> list[Violation]:
-    """`ccm-guard check-paths`: the staged change, or each commit of REV-RANGE."""
-    from ccm_guard.errors import UsageError
-    from ccm_guard.policy import for_checkout
-
-    repo, pol = for_checkout(start, "HEAD", override)
-    chosen = pol.role(role)
-    if rev_range is None:
-        return staged_violations(repo, chosen)
-    base, sep, head = rev_range.partition("..")
-    base_id, head_id = git.resolve_commit(repo, base), git.resolve_commit(repo, head or "HEAD")
-    if not sep or base_id is None or head_id is None:
-        raise UsageError(f"{rev_range!r} is not a range of two commits: write it as BASE..HEAD")
-    return range_violations(repo, chosen, base_id, head_id)

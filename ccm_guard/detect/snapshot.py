@@ -21,6 +21,7 @@ from typing import Any, Collection, Iterator
 
 from ccm_guard import git
 from ccm_guard.detect import objects
+from ccm_guard.state.pins import Pins
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
 # Config files are kept whole up to this size, so that a padded file cannot push a
@@ -35,24 +36,6 @@ PATH_LIMIT = 3072  # directories with longer paths are not listed (PATH_MAX is 4
 # Where the common dir's own walk does not go: objects are inventoried separately,
 # refs are parsed, and lock/temporary files are transient by nature.
 _SKIP_TOP = {"objects", "refs", "packed-refs"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Pins:
-    """Absolute paths recorded when the task was created, before the agent existed."""
-
-    worktree: Path
-    admin_dir: Path
-    common_dir: Path
-    branch: str  # the task's branch, short name (ccm/<task>)
-
-    @property
-    def admin_name(self) -> str:
-        return self.admin_dir.name
-
-    @property
-    def branch_ref(self) -> str:
-        return f"refs/heads/{self.branch}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +141,7 @@ def _host_files(pins: Pins, files: dict[str, Entry], contents: dict[str, bytes],
             # Bounded: a hooks path of "/" must not make every snapshot walk the disk.
             for rel, entry, _ in itertools.islice(_walk(hooks), 4096):
                 files[f"host/{hooks}/{rel}"] = entry
-    from ccm_guard.state.registry import home  # the state home: where the user policy lives
+    from ccm_guard.state.home import home
 
     _record(files, contents, f"host/{home() / 'policy.toml'}", home() / "policy.toml", keep=False)
 

@@ -6,12 +6,39 @@ import dataclasses
 import json
 from typing import Any
 
-from ccm_guard.errors import ExitCode
-from ccm_guard.text import safe
+from ccm_guard.agent.runner import AgentResult
+from ccm_guard.detect import gates
 from ccm_guard.detect.context import MAX_PATHS
 from ccm_guard.detect.gates import GateResult
+from ccm_guard.errors import ExitCode
 from ccm_guard.git import FileStat
-from ccm_guard.agent.runner import AgentResult
+from ccm_guard.policy import Role
+from ccm_guard.text import safe
+
+
+@dataclasses.dataclass(frozen=True)
+class Checks:
+    """What a run is judged by: its role's rules, and whether it must commit or stay still."""
+
+    role: Role | None
+    read_only: bool
+    require_commit: bool
+    policy: str | None = None  # the --policy file, kept for audits
+
+    @classmethod
+    def of(cls, role: Role | None, read_only: bool = False, require_commit: bool | None = None,
+           policy: str | None = None) -> "Checks":
+        read_only = read_only or bool(role and role.read_only)
+        must = (role.must_commit if role else True) if require_commit is None else require_commit
+        return cls(role, read_only, must and not read_only, policy)
+
+    def gate_names(self) -> list[str]:
+        return gates.select(self.read_only, self.require_commit, self.role is not None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"role": self.role.name if self.role else None, "read_only": self.read_only,
+                "require_commit": self.require_commit, "policy": self.policy}
+
 
 # The gates that judge finished work: a blocked agent has not finished, so they may fail.
 UNFINISHED_WORK_GATES = frozenset({"new-commit", "clean-tree"})

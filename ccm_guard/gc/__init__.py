@@ -22,14 +22,36 @@ import time
 from pathlib import Path
 
 from ccm_guard import git
-from ccm_guard import worktree
 from ccm_guard.errors import GuardError, StateError, UsageError
-from ccm_guard.gc.action import (GONE, TASK_BRANCHES, Action, Forecast, admin_steps, branch_refs, branch_step,
-                        orphan_branch_of, running, task_steps, to_audit, worktree_steps)
-from ccm_guard.gc.run import execute
+from ccm_guard.gc.action import (
+    GONE,
+    TASK_BRANCHES,
+    Action,
+    Forecast,
+    admin_steps,
+    branch_refs,
+    branch_step,
+    orphan_branch_of,
+    running,
+    task_steps,
+    to_audit,
+    worktree_steps,
+)
 from ccm_guard.gc.keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
-from ccm_guard.gc.linked import AdminEntry, admin_entries, entry_at, head_ref, identify, lock_owner, lock_reason, trusted
-from ccm_guard.state.registry import RUNNING, Registry, Task, home, key_hash, pid_alive
+from ccm_guard.gc.linked import (
+    AdminEntry,
+    admin_entries,
+    entry_at,
+    head_ref,
+    identify,
+    lock_owner,
+    lock_reason,
+    trusted,
+)
+from ccm_guard.gc.run import execute
+from ccm_guard.git import layout
+from ccm_guard.state.home import home, key_hash
+from ccm_guard.state.registry import RUNNING, Registry, Task, pid_alive
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
 
@@ -91,7 +113,7 @@ def _plan_repo(common: Path, rows: list[Task], dirs: list[Path], opts: Options) 
         left = [t.id for t in rows if t.status not in GONE]
         return [Action("repo-gone", str(common), str(common), f"the repository is gone; rows of {', '.join(left)} "
                        "are kept (their worktrees may hold the only copy of the work)", False, [])] if left else []
-    host = worktree.host_repo(common)
+    host = layout.host_repo(common)
     entries = admin_entries(common)
     unmade = {os.path.realpath(t.worktree) for t in rows if t.status == "PENDING" and t.abandoned}
     actions, held = _plan_locks(common, entries, unmade)

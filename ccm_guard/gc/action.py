@@ -12,10 +12,17 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ccm_guard import git
-from ccm_guard import worktree
+from ccm_guard import git, worktree
 from ccm_guard.errors import StateError
-from ccm_guard.gc.keep import ARCHIVE_PREFIX, Work, admin_work, archive_name, archive_slot, keeper, worktree_head
+from ccm_guard.gc.keep import (
+    ARCHIVE_PREFIX,
+    Work,
+    admin_work,
+    archive_name,
+    archive_slot,
+    keeper,
+    worktree_head,
+)
 from ccm_guard.gc.linked import AdminEntry, trusted
 from ccm_guard.state.registry import TRANSITIONS, Task
 

@@ -15,11 +15,12 @@ import os
 import shutil
 from pathlib import Path
 
-from ccm_guard import git
-from ccm_guard.prevent import hooks as install
-from ccm_guard import worktree
+from ccm_guard import git, worktree
 from ccm_guard.errors import StateError
 from ccm_guard.gc.linked import AdminEntry, admin_entries, same
+from ccm_guard.prevent import hooks as install
+from ccm_guard.state import registry
+from ccm_guard.state.home import admin_lock
 
 ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
 SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
@@ -139,7 +140,7 @@ def unmade_work(host: git.Repo, path: Path, base: str) -> Work:
 
 
 def archive_name(name: str) -> str:
-    return worktree.sanitise_task_id(name)
+    return registry.sanitise_task_id(name)
 
 
 def archive_slot(host: git.Repo, name: str, tip: str | None) -> str:
@@ -174,7 +175,7 @@ def archive_work(host: git.Repo, name: str, work: Work, repo: git.Repo | None) -
 
 def remove_worktree(host: git.Repo, repo: git.Repo, dropping: tuple[str, ...]) -> str:
     assert repo.work_tree is not None
-    with worktree.admin_lock(repo.common_dir):
+    with admin_lock(repo.common_dir):
         kept_in = ensure_kept(host, worktree_work(repo), dropping, f"worktree {repo.work_tree}")
         git.worktree_remove(host, repo.work_tree)
         _drop_hooks(repo.common_dir, repo.git_dir.name)
@@ -183,7 +184,7 @@ def remove_worktree(host: git.Repo, repo: git.Repo, dropping: tuple[str, ...]) -
 
 def remove_admin_entry(host: git.Repo, entry: AdminEntry, dropping: tuple[str, ...]) -> str:
     """The admin dir of a worktree whose directory is gone (`git worktree remove` of the path)."""
-    with worktree.admin_lock(host.common_dir):
+    with admin_lock(host.common_dir):
         if entry.path is None or os.path.lexists(entry.path):
             raise StateError(f"{entry.admin} names no vanished directory: `git worktree prune` decides")
         kept_in = ensure_kept(host, admin_work(host.common_dir, entry.admin), dropping, f"{entry.admin}")
@@ -201,7 +202,7 @@ def delete_branch(host: git.Repo, ref: str, tip: str) -> str:
 def prune_entries(host: git.Repo, running: set[Path]) -> list[str]:
     """`git worktree prune`, once every entry it would drop is kept and none is running."""
     common = host.common_dir
-    with worktree.admin_lock(common):
+    with admin_lock(common):
         doomed = [e for e in admin_entries(common) if e.vanished and e.locked is None]
         for entry in doomed:
             if entry.admin in running:
@@ -217,7 +218,7 @@ def remove_unmade(host: git.Repo, path: Path, base: str) -> None:
     """What a `git worktree add` killed half-way left: part of git's checkout of the base,
     and its admin dir. Removed only while every file in it is the base's own."""
     common = host.common_dir
-    with worktree.admin_lock(common):
+    with admin_lock(common):
         ensure_kept(host, unmade_work(host, path, base), (), f"{path}")
         admins = [e.admin for e in admin_entries(common) if e.path and same(e.path, path)]
         for admin in admins:

@@ -13,11 +13,11 @@ import os
 import re
 from pathlib import Path
 
-from ccm_guard.git import config as configfile
 from ccm_guard import git
 from ccm_guard.errors import UntrustedRepoError
+from ccm_guard.git import config as configfile
+from ccm_guard.state.home import key_hash
 from ccm_guard.state.registry import Task
-from ccm_guard.state.registry import key_hash
 
 _LOCK_REASON = re.compile(r"ccm-guard pid (\d+) task (\S+)")
 

@@ -13,17 +13,42 @@ import os
 import re
 from pathlib import Path
 
-from ccm_guard import failpoints
-from ccm_guard import git
-from ccm_guard.state import trash
-from ccm_guard import worktree
+from ccm_guard import failpoints, git
 from ccm_guard.errors import GuardError, StateError
-from ccm_guard.gc.action import (TASK_BRANCHES, Action, branch_refs, final_status, live_entry, orphan_branch_of,
-                        running, to_audit)
-from ccm_guard.gc.keep import (ARCHIVE_PREFIX, Work, admin_work, delete_branch, keep, prune_entries, remove_admin_entry,
-                   remove_unmade, remove_worktree, worktree_work)
-from ccm_guard.gc.linked import admin_entries, entry_at, identify, lock_owner, same, trusted
-from ccm_guard.state.registry import RUNNING, Registry, Task, home, pid_alive
+from ccm_guard.gc.action import (
+    TASK_BRANCHES,
+    Action,
+    branch_refs,
+    final_status,
+    live_entry,
+    orphan_branch_of,
+    running,
+    to_audit,
+)
+from ccm_guard.gc.keep import (
+    ARCHIVE_PREFIX,
+    Work,
+    admin_work,
+    delete_branch,
+    keep,
+    prune_entries,
+    remove_admin_entry,
+    remove_unmade,
+    remove_worktree,
+    worktree_work,
+)
+from ccm_guard.gc.linked import (
+    admin_entries,
+    entry_at,
+    identify,
+    lock_owner,
+    same,
+    trusted,
+)
+from ccm_guard.git import layout
+from ccm_guard.state import trash
+from ccm_guard.state.home import admin_lock, home
+from ccm_guard.state.registry import RUNNING, Registry, Task, pid_alive
 
 
 def execute(actions: list[Action], registry: Registry) -> None:
@@ -43,18 +68,20 @@ def execute(actions: list[Action], registry: Registry) -> None:
 
 
 def _run_unlock(action: Action, registry: Registry) -> None:
-    host = worktree.host_repo(Path(action.repo))
+    host = layout.host_repo(Path(action.repo))
     entry = entry_at(admin_entries(host.common_dir), Path(action.subject))
     owner = lock_owner(entry.locked) if entry else None
     if owner is None or pid_alive(owner[0]):
         raise StateError(f"{action.subject} is no longer locked by a dead ccm-guard: left as it is")
-    with worktree.admin_lock(host.common_dir):
+    with admin_lock(host.common_dir):
         git.worktree_unlock(host, Path(action.subject))
     action.done.append("unlocked")
 
 
 def _run_reconcile(action: Action, registry: Registry) -> None:
-    from ccm_guard.worktree import apply as applying  # apply's machinery is heavy and only this action needs it
+    from ccm_guard.worktree import (
+        apply as applying,  # apply's machinery is heavy and only this action needs it
+    )
 
     action.done.append(applying.reconcile(registry, registry.get(action.subject)) or "nothing to finish")
 
@@ -69,7 +96,7 @@ def _run_task(action: Action, registry: Registry) -> None:
         action.done.append(f"marked ERRORED; worktree kept: `ccm-guard audit {t.id}` judges it")
         return
     common = Path(t.repo)
-    host = worktree.host_repo(common)
+    host = layout.host_repo(common)
     wt, ref = Path(t.worktree), f"refs/heads/{t.branch}"
     entry = entry_at(admin_entries(common), wt)
     if entry and entry.locked is not None and t.status != "PENDING":
@@ -151,7 +178,7 @@ def _run_dir(action: Action, registry: Registry) -> None:
         action.done.append(f"removed the empty directory {path}")
         return
     common, admin = pinned
-    host = worktree.host_repo(common)
+    host = layout.host_repo(common)
     entry = next((e for e in admin_entries(common) if e.admin == admin), None)
     if entry is None or entry.locked is not None:
         raise StateError(f"{path} is locked or has no admin entry any more: left as it is")
@@ -165,7 +192,7 @@ def _run_dir(action: Action, registry: Registry) -> None:
 
 
 def _run_branch(action: Action, registry: Registry) -> None:
-    host = worktree.host_repo(Path(action.repo))
+    host = layout.host_repo(Path(action.repo))
     tip = git.resolve_commit(host, action.subject)
     if tip is None or tip != action.commit:
         raise StateError(f"{action.subject} moved since gc looked: left as it is; run gc again")
@@ -176,7 +203,7 @@ def _run_branch(action: Action, registry: Registry) -> None:
 
 def _run_prune(action: Action, registry: Registry) -> None:
     common = Path(action.repo)
-    host = worktree.host_repo(common)
+    host = layout.host_repo(common)
     owners = {os.path.realpath(t.worktree): t for t in registry.list(repo=action.repo, live_only=False)}
     busy = set()
     for e in admin_entries(common):
@@ -207,7 +234,7 @@ def _made_for(task_id: str, path: Path) -> bool:
 
 def _run_expiry(action: Action, registry: Registry) -> None:
     t = registry.get(action.task or "")
-    host = worktree.host_repo(Path(action.repo)) if action.commit or action.refs else None
+    host = layout.host_repo(Path(action.repo)) if action.commit or action.refs else None
     planned = {action.subject: action.commit, **action.refs} if action.commit else dict(action.refs)
     if t.status != action.status or (host and any(git.resolve_commit(host, r) != v for r, v in planned.items())):
         raise StateError(f"{action.subject} or its task changed since gc looked: left as it is; run gc again")

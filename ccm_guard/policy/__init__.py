@@ -12,12 +12,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping
 
 from ccm_guard.errors import UsageError
-
-if TYPE_CHECKING:
-    from ccm_guard import git
+from ccm_guard.state.home import home
 
 POLICY_FILE = ".ccm-guard.toml"
 POLICY_TABLE_FILE = "pyproject.toml"  # its [tool.ccm-guard] table is policy too
@@ -268,56 +266,25 @@ def read_file(path: Path) -> Source:
     return Source(str(path), text, table)
 
 
-def load(repo: git.Repo | None, rev: str | None, override: Path | None) -> Policy:
-    """The effective policy: built-ins, the user's default, the repository's at `rev`, --policy."""
-    from ccm_guard import git
-    from ccm_guard.state.registry import home
+# The files that hold a repository's policy; pyproject first, so that a dedicated
+# .ccm-guard.toml has the last word.
+COMMITTED_FILES = (POLICY_TABLE_FILE, POLICY_FILE)
 
+
+def load(rev: str | None, committed: Mapping[str, bytes | None], override: Path | None) -> Policy:
+    """The effective policy: built-ins, the user's default, the repository's files as
+    committed at `rev` (`committed`: COMMITTED_FILES read by the caller, who runs git), --policy."""
     sources = []
     user = home() / "policy.toml"
     if user.exists():
         sources.append(read_file(user))
-    if repo is not None and rev is not None:
-        # pyproject first, so that a dedicated .ccm-guard.toml has the last word.
-        found = git.files_at(repo, rev, [POLICY_TABLE_FILE, POLICY_FILE])
-        for path, table in ((POLICY_TABLE_FILE, ("tool", "ccm-guard")), (POLICY_FILE, ())):
-            data = found[path]
-            if data is not None:
-                sources.append(Source(f"{rev[:12]}:{path}", data.decode("utf-8", "replace"), table))
+    for path, table in ((POLICY_TABLE_FILE, ("tool", "ccm-guard")), (POLICY_FILE, ())):
+        data = committed.get(path)
+        if data is not None:
+            sources.append(Source(f"{(rev or '')[:12]}:{path}", data.decode("utf-8", "replace"), table))
     if override is not None:
         sources.append(read_file(override))
     return build(sources)
-
-
-def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple["git.Repo", Policy]:
-    """The repository holding `start`, and its effective policy as committed at `rev` (HEAD)."""
-    from ccm_guard import git
-
-    found = git.discover(start)
-    repo = found.repo()
-    commit = git.resolve_commit(repo, rev or "HEAD")
-    return repo, load(repo, commit, override)
-
-
-def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
-                 rules: dict[str, Any] | None = None) -> list[str]:
-    """Violations of the role's path rules in what is staged, one line each (for hooks).
-
-    `rules`: the role's rules compiled ahead (Rules.to_data), as exec hands them to the
-    hooks: no policy to load and no pathspec to import on every commit.
-    """
-    from ccm_guard import git
-    from ccm_guard.detect.paths import staged_violations
-    from ccm_guard.policy.rules import Rules
-
-    if rules is not None:
-        found = git.discover(repo_root)
-        repo = found.repo()
-        checked: Role | Rules = Rules.from_data(rules)
-    else:
-        repo, pol = for_checkout(repo_root, policy_rev, None)
-        checked = pol.role(role)
-    return [v.line() for v in staged_violations(repo, checked) if v.severity == "fail"]
 
 
 def describe(role: Role) -> dict[str, object]:

@@ -43,17 +43,29 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from ccm_guard import failpoints
-from ccm_guard import git
-from ccm_guard.pool import admin as pool_admin
-from ccm_guard.state import trash
+from ccm_guard import failpoints, git
 from ccm_guard.errors import GitError, GuardError, StateError
-from ccm_guard.pool.entries import Entry, RepoConfig, claim, config_of, destroy, drop, entries, identity
-from ccm_guard.pool.entries import open_registry, problem, set_fields
+from ccm_guard.pool import admin as pool_admin
+
 # The `pool` command's side, for callers that know it as pool.* (`gc` reconciles).
 from ccm_guard.pool.admin import drain, fill, reconcile, status
-from ccm_guard.state.registry import Registry, home
-from ccm_guard.detect.snapshot import Pins
+from ccm_guard.pool.entries import (
+    Entry,
+    RepoConfig,
+    claim,
+    config_of,
+    destroy,
+    drop,
+    entries,
+    identity,
+    open_registry,
+    problem,
+    set_fields,
+)
+from ccm_guard.state import trash
+from ccm_guard.state.home import home
+from ccm_guard.state.pins import Pins
+from ccm_guard.state.registry import Registry
 
 __all__ = ["Entry", "drain", "entries", "fill", "finish_returns", "forget", "give_back", "has_pool",
            "open_registry", "problem", "reconcile", "refill", "status", "take"]
@@ -104,7 +116,8 @@ def take(registry: Registry, repo: Path, task: str, branch: str, base: str, dest
 
 
 def _hand_over(registry: Registry, entry: Entry, branch: str, base: str, dest: Path) -> Path | None:
-    from ccm_guard.worktree import admin_dir_of, admin_lock, host_repo
+    from ccm_guard.git.layout import admin_dir_of, host_repo
+    from ccm_guard.state.home import admin_lock
 
     repo = Path(entry.repo)
     try:
@@ -136,7 +149,8 @@ def _hand_over(registry: Registry, entry: Entry, branch: str, base: str, dest: P
 def _undo_hand_over(repo: Path, branch: str, base: str, dest: Path) -> None:
     """A hand-over that failed half-way: its admin dir and branch go (the files went with
     the entry), so that the next entry, or a fresh worktree, can use the same names."""
-    from ccm_guard.worktree import admin_dirs_pointing_at, admin_lock, host_repo
+    from ccm_guard.git.layout import admin_dirs_pointing_at, host_repo
+    from ccm_guard.state.home import admin_lock
 
     for admin in admin_dirs_pointing_at(repo, dest):
         with admin_lock(repo):
@@ -166,7 +180,7 @@ def give_back(pins: Pins, fallback_base: str, registry: Registry | None = None) 
     config = config_of(registry, pins.common_dir)
     if entry is None or config is None or not _wants_one(registry, config) or not _returnable(entry, pins, registry):
         return False
-    from ccm_guard.worktree import admin_lock
+    from ccm_guard.state.home import admin_lock
 
     set_fields(registry, entry, state="returning", pid=os.getpid(), base=fallback_base)
     try:
@@ -306,7 +320,8 @@ def refill_now(repo: Path, registry: Registry | None = None) -> None:
 def _require_room(config: RepoConfig, base: str, count: int) -> None:
     """Room for `count` more checkouts of `base`, plus 512 MB for the task that runs
     meanwhile, plus a margin of 5% of the file system (64 MB at least); else RepoError."""
-    from ccm_guard.worktree import host_repo, require_space
+    from ccm_guard.git.layout import host_repo
+    from ccm_guard.state.home import require_space
 
     files, total = git.tree_size(host_repo(Path(config.repo)), base)
     require_space(pool_admin.pool_home(config), files * count, total * count + 512 * 2**20, "to refill the pool",

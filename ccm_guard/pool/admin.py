@@ -12,13 +12,26 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ccm_guard import failpoints
-from ccm_guard import git
+from ccm_guard import failpoints, git
 from ccm_guard.errors import RepoError, StateError
-from ccm_guard.pool.entries import LIVE_STATES, Entry, RepoConfig, claim, config_from, config_of, destroy, drop, entries
-from ccm_guard.pool.entries import identity, insert
-from ccm_guard.pool.entries import open_registry, problem, set_fields
-from ccm_guard.state.registry import Registry, home
+from ccm_guard.pool.entries import (
+    LIVE_STATES,
+    Entry,
+    RepoConfig,
+    claim,
+    config_from,
+    config_of,
+    destroy,
+    drop,
+    entries,
+    identity,
+    insert,
+    open_registry,
+    problem,
+    set_fields,
+)
+from ccm_guard.state.home import home, repo_key
+from ccm_guard.state.registry import Registry
 
 
 def new_id() -> str:
@@ -47,7 +60,7 @@ def fill(main: git.Discovered, size: int, rev: str, registry: Registry | None = 
     """Keep `size` ready entries for the repository, checked out at `rev` (resolved now,
     and again whenever a worktree comes back); with `refill` (None: as before, else on),
     a taken entry is replaced in the background."""
-    from ccm_guard.worktree import repo_key
+
 
     registry = open_registry(registry)
     repo = main.common_dir
@@ -72,7 +85,7 @@ def sizing(repo: Path) -> Iterator[None]:
     """One process at a time changes how many entries a repository's pool has (fill,
     drain, the background refiller, a returned worktree made ready): each counts what
     the one before it left."""
-    from ccm_guard.worktree import admin_lock
+    from ccm_guard.state.home import admin_lock
 
     with admin_lock(repo, "pool-size"):
         yield
@@ -235,3 +248,5 @@ def _out_note(registry: Registry, entry: Entry) -> tuple[str, bool]:
         return (f"out with task {task.id}, whose ccm-guard process (pid {task.pid}) is gone: dirty, not pooled; "
                 "it goes when the task is discarded"), True
     return f"out with task {task.id} ({task.status})", False
+
+

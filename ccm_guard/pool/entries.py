@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ccm_guard import git
-from ccm_guard.state import trash
 from ccm_guard.errors import RepoError
+from ccm_guard.state import trash
 from ccm_guard.state.registry import Registry, pid_alive
 
 LIVE_STATES = ("filling", "taking", "returning")  # a process is at work on the entry
@@ -150,7 +150,7 @@ def claim(registry: Registry, repo: Path, task: str | None, entry_id: str | None
     One repository's entries change hands one process at a time (the "pool" flock: a
     killed process releases it); the registry's IMMEDIATE transaction makes each claim atomic.
     """
-    from ccm_guard.worktree import admin_lock
+    from ccm_guard.state.home import admin_lock
 
     query = "SELECT * FROM pool WHERE repo = ? AND state = 'ready'" + (" AND id = ?" if entry_id else "")
     with admin_lock(repo, "pool"), registry.transaction():
@@ -202,7 +202,8 @@ def destroy(registry: Registry, entry: Entry) -> None:
     """Remove an entry wherever its files are (its home, or the task's path they were
     renamed to), with any admin dir made for it there: into the trash, deleted after this
     process. Its row and index go too."""
-    from ccm_guard.worktree import admin_dir_of, admin_lock
+    from ccm_guard.git.layout import admin_dir_of
+    from ccm_guard.state.home import admin_lock
 
     for place in dict.fromkeys((Path(entry.path), Path(entry.home))):
         if not os.path.lexists(place):

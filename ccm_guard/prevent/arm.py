@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import git
-from ccm_guard.prevent import hooks as install
-from ccm_guard.prevent import roots
-from ccm_guard.prevent import sandbox
-from ccm_guard import worktree
 from ccm_guard.errors import UsageError
 from ccm_guard.policy import Role
+from ccm_guard.prevent import hooks as install
+from ccm_guard.prevent import roots, sandbox
 from ccm_guard.prevent.resources import data_file
+from ccm_guard.state.home import admin_lock
+from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Task
-from ccm_guard.detect.snapshot import Pins
 
 SANDBOXES = ("none", "landlock", "auto")
 PROFILES = ("codex", "claude", "gemini", "aider", "generic")
@@ -71,7 +70,7 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     (private / "tmp").mkdir(parents=True, exist_ok=True)
     refusal_log = private / "refusals.jsonl"
     shim_dir = _install_shim(log_dir / "bin")
-    with worktree.admin_lock(pins.common_dir):
+    with admin_lock(pins.common_dir):
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
                                  base=task.base, check_paths=role.allow is not None or bool(role.forbid),
                                  rules=rules)
@@ -157,5 +156,5 @@ def refusals(log: Path) -> list[dict[str, object]]:
 def disarm(pins: Pins) -> None:
     """Remove the task's hooks before its worktree goes; the shared setting stays (other
     tasks, running now, rely on extensions.worktreeConfig)."""
-    with worktree.admin_lock(pins.common_dir):
+    with admin_lock(pins.common_dir):
         install.uninstall_worktree(pins.worktree, restore_shared=False)

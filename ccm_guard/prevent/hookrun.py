@@ -104,12 +104,8 @@ def reference_transaction(settings: Settings, name: str, args: list[str], stdin:
 
 def pre_commit(settings: Settings, name: str, args: list[str], stdin: BinaryIO) -> int:
     try:
-        from ccm_guard.policy import check_staged
+        from ccm_guard.detect.policy_at import check_staged
     except ImportError as exc:
-        # No policy module (or no check_staged in it) yet: nothing to check here;
-        # the path-policy gate judges the result after the run either way.
-        if exc.name == f"{__package__}.policy":
-            return 0
         return refuse(settings, name, args, "hook-error", [
             f"the path policy cannot be loaded ({exc}): reinstall ccm-guard with its dependencies"
         ])

@@ -50,8 +50,8 @@ from typing import Any, Iterable, Sequence
 
 from ccm_guard import git
 from ccm_guard.errors import NotARepository, RepoError, UsageError
-from ccm_guard.state.registry import home, key_hash
 from ccm_guard.prevent.resources import data_file
+from ccm_guard.state.home import home, key_hash
 
 GUARD_HOOKS = ("pre-commit", "commit-msg", "pre-push", "reference-transaction")
 # Every hook name git runs (githooks(5)): the ones a chain-only script may stand in for.

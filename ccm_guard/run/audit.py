@@ -6,18 +6,19 @@ import json
 import os
 from pathlib import Path
 
-from ccm_guard.git import config as configfile
-from ccm_guard.detect import gates
 from ccm_guard import git
-from ccm_guard import policy
-from ccm_guard import worktree
+from ccm_guard.detect import gates
 from ccm_guard.detect.context import Context, Finding
 from ccm_guard.detect.delta import compare
+from ccm_guard.detect.policy_at import policy_at
+from ccm_guard.detect.snapshot import Snapshot
+from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import RepoError, StateError
-from ccm_guard.run.exec import Checks, file_digest, judge, next_steps
+from ccm_guard.git import config as configfile
+from ccm_guard.git import layout
+from ccm_guard.run.exec import file_digest, judge, next_steps
+from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry
-from ccm_guard.detect.verdict import Verdict
-from ccm_guard.detect.snapshot import Pins, Snapshot
 
 
 def audit_task(task_id: str, registry: Registry, read_only: bool = False,
@@ -26,7 +27,7 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     task = registry.get(task_id)
     recorded = json.loads(task.options or "{}")
     override = Path(recorded["policy"]) if recorded.get("policy") else None
-    role = policy.load(worktree.host_repo(Path(task.repo)), task.base, override).role(recorded.get("role"))
+    role = policy_at(layout.host_repo(Path(task.repo)), task.base, override).role(recorded.get("role"))
     checks = Checks.of(role, read_only or bool(recorded.get("read_only")),
                        recorded.get("require_commit") if require_commit is None else require_commit)
     if not task.baseline or not Path(task.baseline).exists():

@@ -12,75 +12,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from ccm_guard.git import config as configfile
-from ccm_guard import failpoints
-from ccm_guard.detect import gates
-from ccm_guard import git
-from ccm_guard import policy
-from ccm_guard.prevent import arm as prevention
-from ccm_guard.agent import processes
-from ccm_guard.detect import recovery
-from ccm_guard.agent import runner
-from ccm_guard.detect import signatures
-from ccm_guard import worktree
+from ccm_guard import failpoints, git, worktree
+from ccm_guard.agent import processes, runner
+from ccm_guard.agent.options import ExecOptions
+from ccm_guard.detect import gates, recovery, signatures
 from ccm_guard.detect.context import Context, untrusted_reason
 from ccm_guard.detect.delta import compare
+from ccm_guard.detect.policy_at import policy_at
+from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
+from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import GitError, GuardError, NotARepository, StateError
+from ccm_guard.git import config as configfile
+from ccm_guard.git import layout
 from ccm_guard.policy import Role
+from ccm_guard.prevent import arm as prevention
+from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
-from ccm_guard.detect.verdict import Verdict
-from ccm_guard.detect.snapshot import Pins, Snapshot, read_nofollow, take
-
-
-@dataclasses.dataclass
-class ExecOptions:
-    command: list[str]
-    start: Path
-    task: str | None = None
-    base: str = "HEAD"
-    timeout: float | None = None
-    grace: float = 5.0
-    role: str | None = None  # None: the policy's default role
-    policy: Path | None = None  # --policy FILE, on top of the built-in, user and repository policies
-    read_only: bool = False  # forces a read-only run whatever the role says
-    require_commit: bool | None = None  # None: as the role says
-    on_fail: str = "keep"  # or "discard"
-    cleanup: bool = False
-    keep_env: tuple[str, ...] = ()
-    terminal: bool | None = None  # None: a pseudo-terminal when ccm-guard runs on one
-    json_stdout: bool = False  # stdout carries the verdict: the agent's stdout goes to stderr
-    sandbox: str = "none"  # "landlock", "auto" (Landlock where the kernel has it) or "none"
-    no_network: bool = False
-    agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
-    apply: bool = False  # on pass, apply the task into the branch the person has checked out
-    snapshot_every: int | None = None  # a snapshot ref at every Nth commit (0: none); None: the role's
-    link_dirs: bool = False  # .worktreeinclude: symlink matched directories instead of copying them
-    pool: bool | None = None  # take the worktree from the warm pool: None, when the repository has one
-    sparse: tuple[str, ...] = ()  # cone-mode sparse checkout of these directories (never pooled)
-
-
-@dataclasses.dataclass(frozen=True)
-class Checks:
-    """What a run is judged by: its role's rules, and whether it must commit or stay still."""
-
-    role: Role | None
-    read_only: bool
-    require_commit: bool
-    policy: str | None = None  # the --policy file, kept for audits
-
-    @classmethod
-    def of(cls, role: Role | None, read_only: bool = False, require_commit: bool | None = None,
-           policy: str | None = None) -> "Checks":
-        read_only = read_only or bool(role and role.read_only)
-        must = (role.must_commit if role else True) if require_commit is None else require_commit
-        return cls(role, read_only, must and not read_only, policy)
-
-    def gate_names(self) -> list[str]:
-        return gates.select(self.read_only, self.require_commit, self.role is not None)
-
-    def to_json(self) -> dict[str, object]:
-        return {"role": self.role.name if self.role else None, "read_only": self.read_only,
-                "require_commit": self.require_commit, "policy": self.policy}
 
 
 def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
@@ -88,11 +35,13 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     try:
         plan = worktree.plan(opts.start, opts.task, opts.base)
     except NotARepository:
-        from ccm_guard.copy import exec as copyexec  # a plain directory: the copied-directory strategy
+        from ccm_guard.copy import (
+            exec as copyexec,  # a plain directory: the copied-directory strategy
+        )
 
         return copyexec.exec_copied(opts, registry)
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
-    role = policy.load(worktree.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
+    role = policy_at(layout.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
     role = worktree.sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
@@ -148,7 +97,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins,
                   armed: prevention.Armed, before: Snapshot, main_before: Mapping[str, str] | None,
                   notes: list[str] | None = None) -> Verdict:
     """The agent's run and everything after it, for a new task and a resumed one alike."""
-    host = worktree.host_repo(pins.common_dir)
+    host = layout.host_repo(pins.common_dir)
     marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
     env = runner.agent_environment(os.environ, opts.keep_env, {
         **armed.env, "CCM_GUARD_TASK": task.id, "CCM_GUARD_WORKTREE": str(pins.worktree),

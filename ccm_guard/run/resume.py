@@ -13,17 +13,23 @@ import os
 import time
 from pathlib import Path
 
-from ccm_guard import policy
-from ccm_guard.prevent import arm as prevention
 from ccm_guard.agent import runner
-from ccm_guard.worktree import ops as taskops
-from ccm_guard import worktree
+from ccm_guard.agent.options import ExecOptions
+from ccm_guard.detect.policy_at import policy_at
+from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import StateError
-from ccm_guard.run.exec import (QUESTION_FILE, Checks, ExecOptions, file_digest, main_files, run_and_judge, snapshot,
-                    write_baseline)
+from ccm_guard.git import Repo, layout
+from ccm_guard.prevent import arm as prevention
+from ccm_guard.run.exec import (
+    QUESTION_FILE,
+    file_digest,
+    main_files,
+    run_and_judge,
+    snapshot,
+    write_baseline,
+)
 from ccm_guard.state.registry import Registry
-from ccm_guard.detect.verdict import Verdict
-from ccm_guard.git import Repo
+from ccm_guard.worktree import ops as taskops
 
 
 def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
@@ -36,7 +42,7 @@ def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
     command = runner.resolve_command(opts.command, os.environ, Path.cwd())
     recorded = task.option_dict()
     override = Path(recorded["policy"]) if recorded.get("policy") else None
-    role = policy.load(worktree.host_repo(pins.common_dir), task.base, override).role(recorded.get("role"))
+    role = policy_at(layout.host_repo(pins.common_dir), task.base, override).role(recorded.get("role"))
     checks = Checks.of(role, bool(recorded.get("read_only")), recorded.get("require_commit"), recorded.get("policy"))
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     _file_question(pins.worktree, Path(task.log_dir))

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
+import re
+import secrets
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from ccm_guard.errors import StateError
+from ccm_guard.errors import StateError, UsageError
+from ccm_guard.state.home import home
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -112,16 +114,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # somebody else's process: alive
     return True
-
-
-def key_hash(path: Path, size: int = 10) -> str:
-    """The digest of a repository's common dir (or a copied directory's source) that
-    names its places under the state home: worktrees and hooks (size 10), locks (16)."""
-    return hashlib.sha256(str(path).encode()).hexdigest()[:size]
-
-
-def home() -> Path:
-    return Path(os.environ.get("CCM_GUARD_HOME") or Path.home() / ".ccm")
 
 
 class Registry:
@@ -244,3 +236,19 @@ def _write(db: sqlite3.Connection, sql: str, params: Any = ()) -> None:
     except sqlite3.OperationalError as exc:
         raise StateError(f"the task registry could not be written ({exc}): free disk space under "
                          f"{home()} or check the file") from exc
+
+
+def new_task_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def sanitise_task_id(raw: str) -> str:
+    """A task id that is safe as a path component, a branch name and a shell word."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+    cleaned = re.sub(r"-{2,}", "-", cleaned)
+    cleaned = re.sub(r"\.{2,}", ".", cleaned).strip("-.")[:64].rstrip("-.")
+    if cleaned.endswith(".lock"):
+        cleaned = cleaned[: -len(".lock")] + "-lock"
+    if not cleaned:
+        raise UsageError(f"task id {raw!r} has no usable characters: use letters, digits, '.', '_' or '-'")
+    return cleaned

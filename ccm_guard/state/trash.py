@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, ContextManager
 
-from ccm_guard.state.registry import home
+from ccm_guard.state.home import home
 
 # The deleter: lock the entry (so `sweep` leaves it alone), then delete it. Stdlib only,
 # run with -I -S: nothing of the caller's environment or site is loaded.

@@ -8,25 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
-import re
-import secrets
 import shutil
-import signal
 import time
 from pathlib import Path
-from typing import Iterator
 
-from ccm_guard import failpoints
-from ccm_guard import git
-from ccm_guard.git import index as indexfile
-from ccm_guard.state import trash
+from ccm_guard import failpoints, git
 from ccm_guard.errors import GitError, RepoError, UsageError
+from ccm_guard.git import index as indexfile
+from ccm_guard.git.layout import admin_dir_of, admin_dirs_pointing_at, host_repo
 from ccm_guard.policy import Role
-from ccm_guard.state.registry import Registry, Task, home, key_hash
-from ccm_guard.detect.snapshot import Pins
+from ccm_guard.state import trash
+from ccm_guard.state.home import (
+    admin_lock,
+    home,
+    no_interrupts,
+    repo_key,
+    require_space,
+)
+from ccm_guard.state.pins import Pins
+from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "ccm-guard",
@@ -35,31 +37,6 @@ IDENTITY = {
     "GIT_COMMITTER_EMAIL": "ccm-guard@localhost",
 }
 BRANCH_PREFIX = "ccm/"
-
-
-def new_task_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-
-
-def sanitise_task_id(raw: str) -> str:
-    """A task id that is safe as a path component, a branch name and a shell word."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
-    cleaned = re.sub(r"-{2,}", "-", cleaned)
-    cleaned = re.sub(r"\.{2,}", ".", cleaned).strip("-.")[:64].rstrip("-.")
-    if cleaned.endswith(".lock"):
-        cleaned = cleaned[: -len(".lock")] + "-lock"
-    if not cleaned:
-        raise UsageError(f"task id {raw!r} has no usable characters: use letters, digits, '.', '_' or '-'")
-    return cleaned
-
-
-def repo_key(main: git.Discovered) -> str:
-    return f"{main.toplevel.name}-{key_hash(main.common_dir)}"
-
-
-def host_repo(common_dir: Path) -> git.Repo:
-    """The shared repository, for ref and worktree administration (no work tree)."""
-    return git.Repo(git_dir=common_dir, common_dir=common_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,35 +77,6 @@ def check_disk(p: Plan) -> None:
     estimate = indexfile.sizes(p.main.git_dir / "index", len(p.base) // 2)
     files, total = estimate or git.tree_size(host_repo(p.main.common_dir), p.base)
     require_space(p.worktree, files, total, "for the checkout")
-
-
-def require_space(dest: Path, files: int, total: int, what: str, share: float = 0.0) -> None:
-    """Refuse, with the figures, when `files` files of `total` bytes will not fit under
-    `dest` and still leave a margin: 64 MB for git's metadata and the agent, or (`share`)
-    that share of the file system if it is more."""
-    parent = _existing_parent(dest)
-    st = os.statvfs(parent)
-    free = st.f_bavail * st.f_frsize
-    margin = max(64 * 2**20, int(share * st.f_blocks * st.f_frsize))
-    # Each file costs at least a block.
-    need = total + files * st.f_frsize + margin + total // 10
-    if free < need:
-        raise RepoError(
-            f"not enough disk space {what}: need about {_mb(need)} ({files} files), "
-            f"{_mb(free)} free under {parent}; free some space or point CCM_GUARD_HOME elsewhere"
-        )
-    if st.f_favail and st.f_favail < files * 2:
-        raise RepoError(f"not enough free inodes under {parent} for {files} files: free some, or move CCM_GUARD_HOME")
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
-
-
-def _existing_parent(path: Path) -> Path:
-    while not path.exists():
-        path = path.parent
-    return path
 
 
 def create(p: Plan, registry: Registry, command: list[str], options: dict[str, object], *,
@@ -248,42 +196,6 @@ def sparse_role(role: Role, paths: tuple[str, ...]) -> Role:
     return dataclasses.replace(role, forbid=(*role.forbid, *cone_forbid(normalise_cone(paths))))
 
 
-def admin_dir_of(worktree: Path, common: Path) -> Path:
-    # Read once, right after git wrote it and before the agent exists: from here on the
-    # admin dir is pinned and the pointer file is only something to compare.
-    text = (worktree / ".git").read_text().strip()
-    admin = Path(os.path.realpath(text.removeprefix("gitdir: ")))
-    if admin.parent != common / "worktrees":
-        raise RepoError(f"git put the worktree's metadata at {admin}, outside {common}/worktrees")
-    return admin
-
-
-@contextlib.contextmanager
-def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
-    """Serialise worktree administration on one repository across ccm-guard processes.
-
-    Concurrent `git worktree add`s read each other's half-written `commondir` files and
-    fail ("failed to read .../commondir"); an flock is released even by a killed process.
-    """
-    locks = home() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    name = key_hash(common_dir, 16)
-    suffix = "" if purpose == "admin" else f"-{purpose}"
-    with open(locks / f"{name}{suffix}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
-
-
-@contextlib.contextmanager
-def no_interrupts() -> Iterator[None]:
-    """Ctrl-C must not stop a clean-up halfway (a half-removed worktree with its row gone)."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def abandon(p: Plan, registry: Registry) -> None:
     """Take back a created task whose agent never started: no worktree, branch or row left."""
     with no_interrupts():
@@ -304,16 +216,6 @@ def _undo_create(host: git.Repo, p: Plan) -> None:
         git.worktree_prune(host)
     with contextlib.suppress(OSError):
         p.worktree.parent.rmdir()
-
-
-def admin_dirs_pointing_at(common: Path, worktree: Path) -> list[Path]:
-    """The admin dirs under `common` whose `gitdir` names `worktree`'s `.git`."""
-    found = []
-    for gitdir_file in (common / "worktrees").glob("*/gitdir"):
-        with contextlib.suppress(OSError):
-            if Path(gitdir_file.read_text().strip()).parent == worktree:
-                found.append(gitdir_file.parent)
-    return found
 
 
 def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: str, clean: bool = False) -> str | None:

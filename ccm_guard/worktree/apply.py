@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ccm_guard import failpoints
-from ccm_guard import git
-from ccm_guard import worktree
+from ccm_guard import failpoints, git, worktree
 from ccm_guard.errors import ApplyRefused, GitError, StateError, UsageError
+from ccm_guard.git import layout
+from ccm_guard.state.home import admin_lock
 from ccm_guard.state.registry import Registry, Task
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def apply_task(registry: Registry, task_id: str, into: str | None = None, strate
         return _apply_copied(registry, task, into, strategy)
     reconcile(registry, task)
     task = registry.get(task_id)
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     head = _judged_head(host, task)
     target = resolve_target(host, task, into)
     if target.url:
@@ -251,7 +251,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
     pending = task.option("applying")
     if not pending or task.status != "COMMITTED":
         return None
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     if pending.get("url"):
         branch = pending["ref"].removeprefix("refs/heads/")
         tip = git.fetch_ref(host, pending["url"], branch, f"refs/ccm-guard/push/{task.id}")
@@ -305,7 +305,7 @@ def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: st
 @contextlib.contextmanager
 def _apply_lock(common_dir: Path) -> Iterator[None]:
     # Updating a checkout's index is not atomic like a ref: one applier at a time.
-    with worktree.admin_lock(common_dir, "apply"):
+    with admin_lock(common_dir, "apply"):
         yield
 
 
@@ -339,7 +339,7 @@ class Divergence:
 
 def divergence(task: Task, into: str | None = None) -> Divergence | None:
     """How far the task and its target have each moved since the base; objects only."""
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     head = git.resolve_commit(host, f"refs/heads/{task.branch}")
     try:
         target = resolve_target(host, task, into)

@@ -8,23 +8,28 @@ worktree whose config the agent made unsafe (it could run code on the host).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from ccm_guard.worktree import apply as applying
-from ccm_guard.git import config as configfile
-from ccm_guard import failpoints
-from ccm_guard import git
-from ccm_guard.prevent import arm as prevention
-from ccm_guard import worktree
-from ccm_guard.errors import ApplyRefused, GitError, GuardError, StateError, UntrustedRepoError, UsageError
+from ccm_guard import failpoints, git, worktree
+from ccm_guard.errors import (
+    ApplyRefused,
+    GuardError,
+    StateError,
+    UntrustedRepoError,
+    UsageError,
+)
 from ccm_guard.gc.keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
+from ccm_guard.git import config as configfile
+from ccm_guard.git import layout
+from ccm_guard.prevent import arm as prevention
+from ccm_guard.state.home import admin_lock
+from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
-from ccm_guard.detect.snapshot import Pins
+from ccm_guard.worktree import apply as applying
 
 
 def pins_of(task: Task) -> Pins:
@@ -72,7 +77,7 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
     _not_running(task)
     applying.reconcile(registry, task)
     task = registry.get(task_id)
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     pins = pins_of(task)
     present = pins.worktree.is_dir() and pins.admin_dir.is_dir()
     repo = task_repo(task) if present else None
@@ -109,7 +114,7 @@ def _drop_admin_entry(pins: Pins) -> None:
     gitdir = pins.admin_dir / "gitdir"
     with contextlib.suppress(OSError):
         if Path(gitdir.read_text().strip()).parent == pins.worktree:
-            with worktree.admin_lock(pins.common_dir):
+            with admin_lock(pins.common_dir):
                 shutil.rmtree(pins.admin_dir)
 
 
@@ -132,7 +137,7 @@ def restore(registry: Registry, task_id: str) -> dict[str, Any]:
         return copyexec.restore_copy(registry, task)
     if task.status not in ("DISCARDED", "CLEANED_UP"):
         raise StateError(f"task {task.id} is {task.status}, not discarded: there is nothing to restore")
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     saved = task.option("archive") or {}
     ref = saved.get("ref") or ARCHIVE_PREFIX + task.id
     work = git.resolve_commit(host, ref)
@@ -147,9 +152,9 @@ def restore(registry: Registry, task_id: str) -> dict[str, Any]:
     if os.path.lexists(task.worktree):
         raise StateError(f"{task.worktree} exists: move it away, then restore")
     Path(task.worktree).parent.mkdir(parents=True, exist_ok=True)
-    with worktree.admin_lock(Path(task.repo)):
+    with admin_lock(Path(task.repo)):
         git.worktree_add(host, Path(task.worktree), task.branch, head)
-    admin = worktree.admin_dir_of(Path(task.worktree), Path(task.repo))
+    admin = layout.admin_dir_of(Path(task.worktree), Path(task.repo))
     repo = git.Repo(admin, Path(task.repo), Path(task.worktree))
     git.reset_work_tree(repo, head, work)
     registry.update(task.id, admin_dir=str(admin))
@@ -175,7 +180,7 @@ def take_snapshot(registry: Registry, task_id: str, why: str = "by hand") -> dic
 
 
 def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     head = _work_head(task, repo, host)
     message = f"ccm-guard snapshot of task {task.id} ({why})\n\nCcm-Guard-Snapshot-Head: {head}\n"
     commit = git.archive_commit(repo, head, message, worktree.IDENTITY)
@@ -227,7 +232,7 @@ def rollback(registry: Registry, task_id: str, to_snapshot: int | None = None, p
         raise StateError(f"task {task.id} is {task.status}: `ccm-guard task restore {task.id}` first")
     _not_running(task)
     repo = task_repo(task)
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     current = git.symbolic_head(repo)
     if current != f"refs/heads/{task.branch}":
         raise StateError(f"the worktree is on {current or 'a detached HEAD'}, not {task.branch}: "
@@ -254,7 +259,7 @@ def rollback(registry: Registry, task_id: str, to_snapshot: int | None = None, p
 def _rollback_apply(registry: Registry, task: Task) -> dict[str, Any]:
     """The target back to before the apply if nothing landed on it since, else a revert commit."""
     applied = task.option("applied") or {}
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     target = applying.Target(applied["ref"], applied.get("remote"))
     old, new = applied["old"], applied["new"]
     if target.url:
@@ -322,7 +327,7 @@ def _revert_remote(host: git.Repo, task: Task, target: applying.Target, old: str
 def diff(registry: Registry, task_id: str) -> str:
     """The task's change against its base as git shows it, uncommitted work included."""
     task = registry.get(task_id)
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     pins = pins_of(task)
     if pins.worktree.is_dir():
         repo = task_repo(task)
@@ -340,7 +345,7 @@ def describe(registry: Registry, task: Task) -> dict[str, Any]:
     repaired = applying.reconcile(registry, task)
     if repaired:
         info["repaired"] = repaired
-    host = worktree.host_repo(Path(task.repo))
+    host = layout.host_repo(Path(task.repo))
     with contextlib.suppress(GuardError):
         div = applying.divergence(registry.get(task.id))
         if div is not None:

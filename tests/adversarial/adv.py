@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import AUTHOR, ExecResult, git, marker_script  # noqa: F401  (marker_script: re-exported for the attacks)
 
 from ccm_guard.prevent import sandbox
-from conftest import AUTHOR, ExecResult, git, marker_script  # noqa: F401  (marker_script: re-exported for the attacks)
 
 COMMIT = 'echo "agent work" > work.txt; git add -A; git commit -q -m "agent work"'
 LANDLOCK = sandbox.abi() > 0

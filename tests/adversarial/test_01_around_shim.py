@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adv import COMMIT, plain_git, refusals
-from conftest import git, make_repo, run_exec, write_agent
+from adv import COMMIT, refusals
+from conftest import git, run_exec, write_agent
 
 
 def test_real_git_by_absolute_path_is_stopped_by_the_reference_transaction_hook(repo: Path, tmp_path: Path) -> None:
@@ -118,7 +118,6 @@ rgit --git-dir={repo}/.git --work-tree={repo} commit -q -m 'looks like yours'"""
 
 def test_git_dir_aimed_at_the_persons_checkout_is_denied_by_landlock(repo: Path, tmp_path: Path) -> None:
     import pytest
-
     from adv import LANDLOCK
 
     if not LANDLOCK:

@@ -11,7 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from adv import COMMIT, admin_of, all_paths, branch_files, marker_script, plain_git, refusals
+from adv import (
+    COMMIT,
+    all_paths,
+    branch_files,
+    marker_script,
+    plain_git,
+    refusals,
+)
 from conftest import git, run_exec, write_agent
 
 FORBIDDEN = "echo '* filter=evil' > .gitattributes; git add .gitattributes"

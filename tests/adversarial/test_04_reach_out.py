@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from adv import COMMIT, SANDBOXES, all_paths, marker_script, plain_git, refusals
 from conftest import ExecResult, git, run_exec, write_agent
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from adv import SANDBOXES, all_paths
 from conftest import git, run_exec, write_agent
 

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from adv import COMMIT
 from conftest import git, run_exec, write_agent
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from adv import COMMIT, SANDBOXES
 from conftest import alive, git, run_exec, write_agent
 

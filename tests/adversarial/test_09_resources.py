@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from adv import COMMIT, with_policy
 from conftest import git, make_repo, run_exec, small_tmpfs, write_agent
 

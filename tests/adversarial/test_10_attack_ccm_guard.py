@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
 from adv import COMMIT, SANDBOXES, all_paths, refusals
 from conftest import ccm, git, make_repo, run_exec, write_agent
 

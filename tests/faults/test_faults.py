@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ccm, git, make_repo, run_exec, small_tmpfs, write_agent
 
 COMMIT = 'echo work > work.txt\nrgit add work.txt\nrgit commit -q -m "agent work"\n'

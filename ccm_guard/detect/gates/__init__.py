@@ -12,11 +12,18 @@ import dataclasses
 from typing import Callable
 
 from ccm_guard import git
-from ccm_guard.detect.context import FAIL, WARN, Context, Finding, Skipped, git_or_skip, plain
-from ccm_guard.detect.paths import PathChange
-from ccm_guard.errors import GitError
-from ccm_guard.detect.snapshot import read_nofollow
+from ccm_guard.detect.context import (
+    FAIL,
+    WARN,
+    Context,
+    Finding,
+    Skipped,
+    git_or_skip,
+)
 from ccm_guard.detect.gates.repo import git_metadata, main_checkout, refs_untouched
+from ccm_guard.detect.paths import PathChange
+from ccm_guard.detect.snapshot import read_nofollow
+from ccm_guard.errors import GitError
 
 
 def clean_tree(ctx: Context) -> list[Finding]:

@@ -5,12 +5,12 @@ checkout (main-checkout). Registered, with the others, in gates.GATES.
 
 from __future__ import annotations
 
-from ccm_guard.git import config as configfile
 from ccm_guard import git
 from ccm_guard.detect.context import FAIL, WARN, Context, Finding, display, plain
 from ccm_guard.detect.delta import FileChange, Owner, RefChange
-from ccm_guard.errors import GitError
 from ccm_guard.detect.snapshot import Entry
+from ccm_guard.errors import GitError
+from ccm_guard.git import config as configfile
 
 
 def refs_untouched(ctx: Context) -> list[Finding]:
@@ -178,7 +178,7 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
 
 def _hooks_setup(change: configfile.ConfigChange) -> bool:
     """ccm-guard's own per-task hooks path, set when a task is armed and unset when disarmed."""
-    from ccm_guard.state.registry import home
+    from ccm_guard.state.home import home
 
     ours = str(home() / "hooks") + "/"
     return change.key == "core.hookspath" and all(v.startswith(ours) for v in change.before + change.after)

@@ -1,0 +1,33 @@
+"""What a person asked of one agent run: the options `exec` (and `task resume`) are given."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+@dataclasses.dataclass
+class ExecOptions:
+    command: list[str]
+    start: Path
+    task: str | None = None
+    base: str = "HEAD"
+    timeout: float | None = None
+    grace: float = 5.0
+    role: str | None = None  # None: the policy's default role
+    policy: Path | None = None  # --policy FILE, on top of the built-in, user and repository policies
+    read_only: bool = False  # forces a read-only run whatever the role says
+    require_commit: bool | None = None  # None: as the role says
+    on_fail: str = "keep"  # or "discard"
+    cleanup: bool = False
+    keep_env: tuple[str, ...] = ()
+    terminal: bool | None = None  # None: a pseudo-terminal when ccm-guard runs on one
+    json_stdout: bool = False  # stdout carries the verdict: the agent's stdout goes to stderr
+    sandbox: str = "none"  # "landlock", "auto" (Landlock where the kernel has it) or "none"
+    no_network: bool = False
+    agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
+    apply: bool = False  # on pass, apply the task into the branch the person has checked out
+    snapshot_every: int | None = None  # a snapshot ref at every Nth commit (0: none); None: the role's
+    link_dirs: bool = False  # .worktreeinclude: symlink matched directories instead of copying them
+    pool: bool | None = None  # take the worktree from the warm pool: None, when the repository has one
+    sparse: tuple[str, ...] = ()  # cone-mode sparse checkout of these directories (never pooled)

@@ -1,0 +1,115 @@
+"""`ccm-guard exec` and `ccm-guard audit`: one agent run, and its judgement again later."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ccm_guard.cli.options import CONTEXT, handled, run_options
+from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
+
+
+@click.command("exec", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@run_options
+@click.option("--task", "task_id", metavar="ID", help="Task id (default: generated). Sanitised to [A-Za-z0-9._-].")
+@click.option("--base", default="HEAD", show_default=True, metavar="REV", help="Commit the task starts from.")
+@click.option("--repo", "repo", type=click.Path(file_okay=False, path_type=Path), default=".",
+              help="The repository to work on (default: the current directory).")
+@click.option("--role", metavar="ROLE",
+              help="The agent's role: implementor (default), test-writer, reviewer, qa, or one from the policy.")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A policy file applied on top of the built-in, user and repository policies.")
+@click.option("--read-only", is_flag=True, help="Force a read-only run: HEAD and the branch must not move.")
+@click.option("--require-commit/--no-require-commit", default=None,
+              help="Fail unless the agent made a new commit (default: as the role says).")
+@click.option("--on-fail", type=click.Choice(["keep", "discard"]), default="keep", show_default=True,
+              help="On failure keep the worktree, or archive all work to refs/ccm-guard/archive/<task> and remove it.")
+@click.option("--cleanup", is_flag=True, help="On pass, archive the work and remove worktree and branch.")
+@click.option("--apply", "apply_on_pass", is_flag=True,
+              help="On pass, apply the task into the branch checked out here (as `task apply` does).")
+@click.option("--link-dirs", is_flag=True,
+              help="Directories .worktreeinclude names (node_modules/, ...) are symlinked into the worktree "
+              "instead of copied; the agent can then write into your checkout's copy.")
+@click.option("--snapshot-every", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Keep a snapshot ref (refs/ccm-guard/snapshots/<task>/<n>) at every Nth commit; 0: none "
+              "(default: the role's snapshot_every, 10 unless the policy says otherwise).")
+@click.option("--pool/--no-pool", "use_pool", default=None,
+              help="Take the worktree from the warm pool (`ccm-guard pool fill`), else make a fresh one "
+              "(default: when the repository has a pool).")
+@click.option("--sparse", "sparse", multiple=True, metavar="DIR",
+              help="Check out only this directory (cone mode; repeatable); a change outside it fails path-policy. "
+              "Never pooled.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@handled
+def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, role: str | None,
+             policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
+             keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
+             agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
+             snapshot_every: int | None = None, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = ()) -> None:
+    """Run COMMAND in a new guarded worktree and judge what it did.
+
+    \b
+    Put the agent's command after --, e.g.:
+      ccm-guard exec -- ./agent.sh
+      ccm-guard exec --task fix-login --timeout 900 -- claude -p "fix the login bug"
+      ccm-guard exec --read-only --no-require-commit -- ./review.sh
+
+    A relative program path is taken from where you run ccm-guard. The agent runs with
+    its cwd in the worktree, in its own session, with SSH agent, tmux, D-Bus, Docker and
+    GIT_* variables removed from its environment (--pass-env keeps one).
+
+    The agent's PATH starts with ccm-guard's git shim, and its worktree has guard hooks;
+    with --sandbox landlock it can write only its worktree, its git metadata and a
+    private temp dir. A commit the sandbox blocked is recovered on the host.
+
+    The gates (by --role): processes, git-metadata, refs-untouched, main-checkout,
+    new-commit (or head-frozen for read-only roles), path-policy, limits, clean-tree.
+    On pass the worktree and branch are kept for review; nothing is ever removed
+    before it is archived.
+    """
+    from ccm_guard.agent.options import ExecOptions
+    from ccm_guard.detect.verdict import render, to_json
+    from ccm_guard.run.exec import exec_task
+    from ccm_guard.state.registry import Registry
+
+    opts = ExecOptions(
+        command=list(command), start=repo.resolve(), task=task_id, base=base, timeout=timeout,
+        grace=grace, role=role, policy=policy_file.resolve() if policy_file else None, read_only=read_only,
+        require_commit=require_commit,
+        on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
+        terminal=False if as_json and terminal is None else terminal,
+        sandbox=sandbox_mode, no_network=no_network, agent=agent, apply=apply_on_pass,
+        snapshot_every=snapshot_every, link_dirs=link_dirs, pool=use_pool, sparse=sparse,
+    )
+    verdict = exec_task(opts, Registry())
+    click.echo(to_json(verdict) if as_json else render(verdict))
+    sys.exit(int(verdict.exit_code))
+
+
+@click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.argument("target", required=False, metavar="[TASK|PATH]")
+@click.option("--base", metavar="REF", help="For a worktree ccm-guard did not create: the branch its work started from.")
+@click.option("--read-only", is_flag=True, help="Judge as a read-only run (HEAD must not have moved).")
+@click.option("--require-commit/--no-require-commit", default=None,
+              help="Override whether a new commit is required (default: as the task's run was judged).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@handled
+def audit(target: str | None, base: str | None, read_only: bool, require_commit: bool | None, as_json: bool) -> None:
+    """Run the gates again on a finished worktree.
+
+    For a ccm-guard task (by id, or a path inside its worktree) the gates compare against
+    the snapshot recorded before the agent started. For any other worktree, only the checks
+    that need no earlier snapshot run (clean-tree; new-commit against the merge-base
+    with --base).
+    """
+    from ccm_guard.detect.verdict import render, to_json
+    from ccm_guard.run.audit import audit_target
+    from ccm_guard.state.registry import Registry
+
+    verdict = audit_target(target, base, Registry(), read_only, require_commit)
+    click.echo(to_json(verdict) if as_json else render(verdict))
+    sys.exit(0 if verdict.gates_passed else int(ExitCode.GATES_FAILED))

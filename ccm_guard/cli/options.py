@@ -1,0 +1,65 @@
+"""What every command shares: click's settings, the one error handler, the run options."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable, TypeVar
+
+import click
+
+from ccm_guard.errors import ExitCode, GuardError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def handled(fn: F) -> F:
+    """One handler for every expected failure: one line, a documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = kwargs.get("as_json", False)
+        try:
+            return fn(*args, **kwargs)
+        except GuardError as exc:
+            _fail(exc.message, exc.exit_code, as_json)
+        except KeyboardInterrupt:
+            _fail("interrupted", ExitCode.INTERRUPTED, as_json)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str, code: int, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"error": message, "exit_code": int(code)}))
+    click.echo(f"ccm-guard: error: {message}", err=True)
+    sys.exit(int(code))
+
+
+# The options of an agent's run, shared by `exec` and `task resume`.
+_RUN_OPTIONS = [
+    click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                 help="Stop the agent's whole process group after this long (TERM, grace, KILL)."),
+    click.option("--grace", type=click.FloatRange(min=0), default=5.0, show_default=True, metavar="SECONDS",
+                 help="Time between TERM and KILL when stopping the agent."),
+    click.option("--pass-env", "keep_env", multiple=True, metavar="NAME",
+                 help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...)."),
+    click.option("--pty/--no-pty", "terminal", default=None,
+                 help="Give the agent a pseudo-terminal (default: when ccm-guard runs on a terminal)."),
+    click.option("--sandbox", "sandbox_mode", type=click.Choice(["none", "landlock", "auto"]), default="none",
+                 show_default=True, help="Run the agent under Landlock: everything read-only but the worktree, "
+                 "its git metadata and a private temp dir (auto: when the kernel has it)."),
+    click.option("--no-network", is_flag=True, help="With --sandbox: refuse TCP connect and bind (Landlock ABI 4+)."),
+    click.option("--agent", type=click.Choice(["codex", "claude", "gemini", "aider", "generic"]),
+                 help="The agent profile (default: by the command's name). codex gets --add-dir for the roots a "
+                 "commit needs when its own workspace-write sandbox is on."),
+]
+
+
+def run_options(fn: F) -> F:
+    for option in reversed(_RUN_OPTIONS):
+        fn = option(fn)
+    return fn

@@ -1,0 +1,59 @@
+"""The policy as a repository committed it: read with git, built by `policy` (which never
+runs git), and the staged-paths check the guard hooks run with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ccm_guard import git, policy
+from ccm_guard.detect.paths import Violation, range_violations, staged_violations
+from ccm_guard.errors import UsageError
+from ccm_guard.policy import Policy, Role
+
+
+def policy_at(repo: git.Repo | None, rev: str | None, override: Path | None) -> Policy:
+    """The effective policy with the repository's files as committed at `rev`."""
+    committed = git.files_at(repo, rev, list(policy.COMMITTED_FILES)) if repo is not None and rev else {}
+    return policy.load(rev, committed, override)
+
+
+def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple[git.Repo, Policy]:
+    """The repository holding `start`, and its effective policy as committed at `rev` (HEAD)."""
+    repo = git.discover(start).repo()
+    commit = git.resolve_commit(repo, rev or "HEAD")
+    return repo, policy_at(repo, commit, override)
+
+
+def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
+                 rules: dict[str, Any] | None = None) -> list[str]:
+    """Violations of the role's path rules in what is staged, one line each (for hooks).
+
+    `rules`: the role's rules compiled ahead (Rules.to_data), as exec hands them to the
+    hooks: no policy to load and no pathspec to import on every commit.
+    """
+    from ccm_guard.policy.rules import (
+        Rules,  # pathspec's import is slow: only when rules are needed
+    )
+
+    if rules is not None:
+        repo = git.discover(repo_root).repo()
+        checked: Role | Rules = Rules.from_data(rules)
+    else:
+        repo, pol = for_checkout(repo_root, policy_rev, None)
+        checked = pol.role(role)
+    return [v.line() for v in staged_violations(repo, checked) if v.severity == "fail"]
+
+
+def check_paths_command(start: Path, rev_range: str | None, role: str | None,
+                        override: Path | None) -> list[Violation]:
+    """`ccm-guard check-paths`: the staged change, or each commit of REV-RANGE."""
+    repo, pol = for_checkout(start, "HEAD", override)
+    chosen = pol.role(role)
+    if rev_range is None:
+        return staged_violations(repo, chosen)
+    base, sep, head = rev_range.partition("..")
+    base_id, head_id = git.resolve_commit(repo, base), git.resolve_commit(repo, head or "HEAD")
+    if not sep or base_id is None or head_id is None:
+        raise UsageError(f"{rev_range!r} is not a range of two commits: write it as BASE..HEAD")
+    return range_violations(repo, chosen, base_id, head_id)

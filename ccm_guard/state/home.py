@@ -1,0 +1,84 @@
+"""Where ccm-guard keeps its state ($CCM_GUARD_HOME, default ~/.ccm), the locks it takes
+there, and the disk-room check before anything large is written."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import signal
+from pathlib import Path
+from typing import Iterator
+
+from ccm_guard import git
+from ccm_guard.errors import RepoError
+
+
+def key_hash(path: Path, size: int = 10) -> str:
+    """The digest of a repository's common dir (or a copied directory's source) that
+    names its places under the state home: worktrees and hooks (size 10), locks (16)."""
+    return hashlib.sha256(str(path).encode()).hexdigest()[:size]
+
+
+def home() -> Path:
+    return Path(os.environ.get("CCM_GUARD_HOME") or Path.home() / ".ccm")
+
+
+def require_space(dest: Path, files: int, total: int, what: str, share: float = 0.0) -> None:
+    """Refuse, with the figures, when `files` files of `total` bytes will not fit under
+    `dest` and still leave a margin: 64 MB for git's metadata and the agent, or (`share`)
+    that share of the file system if it is more."""
+    parent = _existing_parent(dest)
+    st = os.statvfs(parent)
+    free = st.f_bavail * st.f_frsize
+    margin = max(64 * 2**20, int(share * st.f_blocks * st.f_frsize))
+    # Each file costs at least a block.
+    need = total + files * st.f_frsize + margin + total // 10
+    if free < need:
+        raise RepoError(
+            f"not enough disk space {what}: need about {_mb(need)} ({files} files), "
+            f"{_mb(free)} free under {parent}; free some space or point CCM_GUARD_HOME elsewhere"
+        )
+    if st.f_favail and st.f_favail < files * 2:
+        raise RepoError(f"not enough free inodes under {parent} for {files} files: free some, or move CCM_GUARD_HOME")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+@contextlib.contextmanager
+def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
+    """Serialise worktree administration on one repository across ccm-guard processes.
+
+    Concurrent `git worktree add`s read each other's half-written `commondir` files and
+    fail ("failed to read .../commondir"); an flock is released even by a killed process.
+    """
+    locks = home() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = key_hash(common_dir, 16)
+    suffix = "" if purpose == "admin" else f"-{purpose}"
+    with open(locks / f"{name}{suffix}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def no_interrupts() -> Iterator[None]:
+    """Ctrl-C must not stop a clean-up halfway (a half-removed worktree with its row gone)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def repo_key(main: git.Discovered) -> str:
+    return f"{main.toplevel.name}-{key_hash(main.common_dir)}"

@@ -1,0 +1,24 @@
+"""A task's places, recorded once when it is created and trusted from then on."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Pins:
+    """Absolute paths recorded when the task was created, before the agent existed."""
+
+    worktree: Path
+    admin_dir: Path
+    common_dir: Path
+    branch: str  # the task's branch, short name (ccm/<task>)
+
+    @property
+    def admin_name(self) -> str:
+        return self.admin_dir.name
+
+    @property
+    def branch_ref(self) -> str:
+        return f"refs/heads/{self.branch}"
