@@ -59,7 +59,7 @@ def _make_repo(root: Path) -> Path:
 def run_demo(keep: bool) -> int:
     # Imported here, not at the top: every ccm-guard command imports this module.
     from ccm_guard.agent.options import ExecOptions
-    from ccm_guard.detect.verdict import render
+    from ccm_guard.cli.render import render
     from ccm_guard.run.exec import exec_task
     from ccm_guard.state.registry import Registry
 

@@ -72,7 +72,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     before it is archived.
     """
     from ccm_guard.agent.options import ExecOptions
-    from ccm_guard.detect.verdict import render, to_json
+    from ccm_guard.cli.render import render, to_json
     from ccm_guard.run.exec import exec_task
     from ccm_guard.state.registry import Registry
 
@@ -106,7 +106,7 @@ def audit(target: str | None, base: str | None, read_only: bool, require_commit:
     that need no earlier snapshot run (clean-tree; new-commit against the merge-base
     with --base).
     """
-    from ccm_guard.detect.verdict import render, to_json
+    from ccm_guard.cli.render import render, to_json
     from ccm_guard.run.audit import audit_target
     from ccm_guard.state.registry import Registry
 

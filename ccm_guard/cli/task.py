@@ -147,8 +147,9 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
     apply won the race. A target checked out in a clean worktree is brought up to date; if
     that checkout has uncommitted changes, or the merge conflicts, nothing changes (exit 8).
     """
+    from ccm_guard.cli.render import render_apply
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.apply import apply_task, render
+    from ccm_guard.worktree.apply import apply_task
 
     registry = Registry()
     applied = apply_task(registry, task_id, into, strategy, retries).to_json()
@@ -157,7 +158,7 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
         from ccm_guard.worktree.ops import discard
 
         data["cleanup"] = discard(registry, task_id)
-    lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render(applied))]
+    lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render_apply(applied))]
     if cleanup:
         gone = "the worktree went back to the warm pool" if data["cleanup"]["to_pool"] else "removed the worktree"
         lines.append(f"  {gone}, and the branch (archive: {data['cleanup']['archive']})")
@@ -244,7 +245,7 @@ def task_resume(task_id: str, timeout: float | None, grace: float, keep_env: tup
     mean what they mean for `exec`.
     """
     from ccm_guard.agent.options import ExecOptions
-    from ccm_guard.detect.verdict import render, to_json
+    from ccm_guard.cli.render import render, to_json
     from ccm_guard.run.resume import resume_task
     from ccm_guard.state.registry import Registry
 

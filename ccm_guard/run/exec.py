@@ -20,7 +20,7 @@ from ccm_guard.detect.context import Context, untrusted_reason
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.policy_at import policy_at
 from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
-from ccm_guard.detect.verdict import Checks, Verdict
+from ccm_guard.detect.verdict import Checks, Recovered, Verdict
 from ccm_guard.errors import GitError, GuardError, NotARepository, StateError
 from ccm_guard.git import config as configfile
 from ccm_guard.git import layout
@@ -162,7 +162,7 @@ def _compiled_rules(role: Role) -> dict[str, Any]:
 
 
 def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
-                           refusal_log: Path) -> dict[str, object] | None:
+                           refusal_log: Path) -> Recovered | None:
     """When git's own report shows a sandbox-blocked lock in this task's git metadata and
     the tree holds work, commit the work the role allows, on the host (seed 003, Bug E).
 
@@ -181,11 +181,10 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     result = recovery.recover(repo, lambda p: rules.violation(p) is None, _agent_message(task, pins),
                               worktree.IDENTITY)
-    if not result.recovered:
+    if result.commit is None:
         return None
-    return {"reason": "sandbox blocked commit", "line": found.line, "commit": result.commit,
-            "committed": list(result.committed), "left_uncommitted": list(result.refused),
-            "warning": result.warning}
+    return Recovered(reason="sandbox blocked commit", line=found.line, commit=result.commit,
+                     committed=result.committed, left_uncommitted=result.refused, warning=result.warning)
 
 
 def _tail(path: Path, limit: int = 1 << 20) -> str:

@@ -309,19 +309,6 @@ def _apply_lock(common_dir: Path) -> Iterator[None]:
         yield
 
 
-def render(a: dict[str, Any]) -> list[str]:
-    """The apply summary: what landed where (`task apply` and `exec --apply`)."""
-    from ccm_guard.text import safe
-
-    lines = [f"applied: task {safe(a['task'])} into {safe(a['target'])} ({a['strategy']}) as {a['new'][:12]}"
-             f"  files changed: {a['files']} (+{a['insertions']} -{a['deletions']})"]
-    if a.get("attempts", 1) > 1:
-        lines.append(f"  the target moved during the apply; it landed on attempt {a['attempts']}")
-    if a.get("checkout"):
-        lines.append(f"  updated your checkout: {safe(a['checkout'])}")
-    return lines
-
-
 # --- what an apply would do ------------------------------------------------------------------
 
 
