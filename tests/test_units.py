@@ -18,8 +18,8 @@ from ccm_guard.detect.delta import Owner, classify
 from ccm_guard.errors import GitError, StateError, UsageError
 from ccm_guard.git import config as configfile
 from ccm_guard.run.exec import exec_task
-from ccm_guard.state import pins, registry
-from ccm_guard.state.registry import Registry
+from ccm_guard.state.pins import Pins
+from ccm_guard.state.registry import Registry, sanitise_task_id
 
 
 @pytest.mark.parametrize("key, value, dangerous", [
@@ -132,7 +132,7 @@ def test_refs_are_read_from_packed_and_loose_files_with_their_type(tmp_path: Pat
     ("pointer", Owner.CONTROL),
 ])
 def test_changes_are_classified_by_owner(key: str, owner: Owner) -> None:
-    pins = pins.Pins(Path("/wt/t1"), Path("/repo/.git/worktrees/t1"), Path("/repo/.git"), "ccm/t1")
+    pins = Pins(Path("/wt/t1"), Path("/repo/.git/worktrees/t1"), Path("/repo/.git"), "ccm/t1")
     assert classify(key, "modified", pins, "common/") is owner
 
 
@@ -149,12 +149,12 @@ def test_control_characters_and_bidi_overrides_are_escaped() -> None:
     ("ünïcode", "n-code"),
 ])
 def test_task_ids_are_sanitised(raw: str, clean: str) -> None:
-    assert registry.sanitise_task_id(raw) == clean
+    assert sanitise_task_id(raw) == clean
 
 
 def test_task_id_with_nothing_usable_is_refused() -> None:
     with pytest.raises(UsageError, match="no usable characters"):
-        registry.sanitise_task_id("///")
+        sanitise_task_id("///")
 
 
 def test_illegal_lifecycle_transition_is_refused(repo: Path) -> None:

@@ -60,7 +60,7 @@ def run_demo(keep: bool) -> int:
     # Imported here, not at the top: every ccm-guard command imports this module.
     from ccm_guard.agent.options import ExecOptions
     from ccm_guard.cli.render import render
-    from ccm_guard.run.exec import exec_task
+    from ccm_guard.run.tasks import execute
     from ccm_guard.state.registry import Registry
 
     root = Path(tempfile.mkdtemp(prefix="ccm-guard-demo-"))
@@ -73,7 +73,7 @@ def run_demo(keep: bool) -> int:
         for label, script, task in (("a well-behaved agent", "good-agent.sh", "demo-good"),
                                     ("a misbehaving agent", "bad-agent.sh", "demo-bad")):
             click.secho(f"\n=== ccm-guard exec -- ./{script}   ({label}) ===", bold=True)
-            verdict = exec_task(ExecOptions(command=[str(root / script)], start=repo, task=task, terminal=False),
+            verdict = execute(ExecOptions(command=[str(root / script)], start=repo, task=task, terminal=False),
                                 registry)
             click.echo(render(verdict))
             outcomes.append(int(verdict.exit_code))

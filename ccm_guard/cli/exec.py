@@ -73,7 +73,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     """
     from ccm_guard.agent.options import ExecOptions
     from ccm_guard.cli.render import render, to_json
-    from ccm_guard.run.exec import exec_task
+    from ccm_guard.run.tasks import execute
     from ccm_guard.state.registry import Registry
 
     opts = ExecOptions(
@@ -85,7 +85,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         sandbox=sandbox_mode, no_network=no_network, agent=agent, apply=apply_on_pass,
         snapshot_every=snapshot_every, link_dirs=link_dirs, pool=use_pool, sparse=sparse,
     )
-    verdict = exec_task(opts, Registry())
+    verdict = execute(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(int(verdict.exit_code))
 

@@ -148,14 +148,14 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
     that checkout has uncommitted changes, or the merge conflicts, nothing changes (exit 8).
     """
     from ccm_guard.cli.render import render_apply
+    from ccm_guard.run.tasks import apply
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.apply import apply_task
 
     registry = Registry()
-    applied = apply_task(registry, task_id, into, strategy, retries).to_json()
+    applied = apply(registry, task_id, into=into, how=strategy, retries=retries).to_json()
     data: dict[str, Any] = {"applied": applied}
     if cleanup:
-        from ccm_guard.worktree.ops import discard
+        from ccm_guard.run.tasks import discard
 
         data["cleanup"] = discard(registry, task_id)
     lines = [f"ccm-guard: APPLIED  task {task_id}", *("  " + line for line in render_apply(applied))]
@@ -173,8 +173,8 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
 def task_discard(task_id: str, as_json: bool) -> None:
     """Archive all of the task's work, committed and not, under refs/ccm-guard/archive/<task>,
     then remove its worktree and branch. `task restore` brings it back."""
+    from ccm_guard.run.tasks import discard
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.ops import discard
 
     result = discard(Registry(), task_id)
     lines = [f"ccm-guard: discarded task {task_id}"]
@@ -190,8 +190,8 @@ def task_discard(task_id: str, as_json: bool) -> None:
 def task_restore(task_id: str, as_json: bool) -> None:
     """Bring a discarded task back from its archive: its worktree, its branch, and its
     uncommitted work as uncommitted changes."""
+    from ccm_guard.run.tasks import restore
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.ops import restore
 
     result = restore(Registry(), task_id)
     _emit(result, as_json, [f"ccm-guard: restored task {task_id} in {result['worktree']} on {result['branch']}"

@@ -39,9 +39,8 @@ from ccm_guard.copy.tree import (
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import GuardError, RepoError, UsageError
 from ccm_guard.prevent import arm as prevention
-from ccm_guard.state import registry
 from ccm_guard.state.home import home, key_hash, no_interrupts, require_space
-from ccm_guard.state.registry import Registry, Task
+from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
 
 # The strategy's entry points, and what its callers and tests reach through this module.
 __all__ = ["STRATEGY", "Checks", "CopyApplied", "CopyVerdict", "apply_copy", "discard_copy", "exec_copied",
@@ -103,7 +102,7 @@ def plan_copy(opts: ExecOptions) -> CopyPlan:
     if state == source or state.is_relative_to(source):
         raise RepoError(f"{source} holds ccm-guard's state directory {state}, so it cannot be copied into it: "
                         "run in a subdirectory, or point CCM_GUARD_HOME elsewhere")
-    task_id = registry.sanitise_task_id(opts.task) if opts.task else registry.new_task_id()
+    task_id = sanitise_task_id(opts.task) if opts.task else new_task_id()
     key = f"{source.name or 'root'}-{key_hash(source)}"
     copy, logs = state / "copies" / key / task_id, state / "logs" / key / task_id
     for path in (copy, logs):

@@ -22,9 +22,9 @@ from ccm_guard import git
 from ccm_guard.clone import Cloner, copy_tree, digest_fd
 from ccm_guard.errors import StateError
 from ccm_guard.state.home import home
-from ccm_guard.state.registry import Task
+from ccm_guard.state.registry import COPIED_DIRECTORY, Task
 
-STRATEGY = "copy"  # the strategy's name: in the task's options, its manifest and its verdict
+STRATEGY = COPIED_DIRECTORY  # the strategy's name: in the task's options, its manifest and its verdict
 
 
 @dataclasses.dataclass(frozen=True)

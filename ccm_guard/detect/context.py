@@ -39,17 +39,20 @@ class Skipped(Exception):
     """The gate could not judge; the reason says why (and the verdict fails)."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class Context:
+    """Everything a gate may look at, gathered once per judgement."""
+
     pins: Pins
     repo: git.Repo  # the task's worktree, pinned; `untrusted` once metadata was tampered with
     base: str
     before: Snapshot
     after: Snapshot
     delta: Delta
-    main_files_before: Mapping[str, str] | None  # the person's dirty/untracked files -> identity
-    main_files_after: Mapping[str, str] | None
-    other_tasks: Mapping[str, str]  # admin dir name -> branch ref, of the other registered tasks
+    main_files_before: Mapping[str, str] | None = None  # the person's dirty/untracked files -> identity
+    main_files_after: Mapping[str, str] | None = None
+    # admin dir name -> branch ref, of the other registered tasks
+    other_tasks: Mapping[str, str] = dataclasses.field(default_factory=dict)
     leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
     # The task worktree's status (ignored paths included), when it was read ahead in parallel.
     task_status: Future[list[git.StatusEntry]] | None = None

@@ -37,7 +37,7 @@ from ccm_guard.gc.action import (
     to_audit,
     worktree_steps,
 )
-from ccm_guard.gc.keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
+from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from ccm_guard.gc.linked import (
     AdminEntry,
     admin_entries,
@@ -51,7 +51,7 @@ from ccm_guard.gc.linked import (
 from ccm_guard.gc.run import execute
 from ccm_guard.git import layout
 from ccm_guard.state.home import home, key_hash
-from ccm_guard.state.registry import RUNNING, Registry, Task, pid_alive
+from ccm_guard.state.registry import COPIED_DIRECTORY, RUNNING, Registry, Task, pid_alive
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
 
@@ -94,7 +94,7 @@ def human_age(seconds: float) -> str:
 def plan(registry: Registry, opts: Options) -> list[Action]:
     """Everything gc would do, and what it leaves alone and why. Changes nothing."""
     every = registry.list(live_only=False)
-    rows = [t for t in every if t.option("strategy") != "copy"]
+    rows = [t for t in every if t.strategy != COPIED_DIRECTORY]
     only = opts.repo
     dirs = _unknown_dirs(rows, only)
     repos = [only] if only else sorted({Path(t.repo) for t in rows} | {c for c in dirs if c})
@@ -103,7 +103,7 @@ def plan(registry: Registry, opts: Options) -> list[Action]:
         actions += _plan_repo(common, [t for t in rows if Path(t.repo) == common], dirs.get(common, []), opts)
     for path in dirs.get(None, []):
         actions.append(_plan_foreign_dir(path))
-    copies = [t for t in every if t.option("strategy") == "copy" and (not only or Path(t.repo) == only)]
+    copies = [t for t in every if t.strategy == COPIED_DIRECTORY and (not only or Path(t.repo) == only)]
     actions += [a for t in copies for a in [_plan_expiry(None, t, {}, opts)] if a]
     return actions
 

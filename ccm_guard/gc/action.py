@@ -15,7 +15,6 @@ from pathlib import Path
 from ccm_guard import git, worktree
 from ccm_guard.errors import StateError
 from ccm_guard.gc.keep import (
-    ARCHIVE_PREFIX,
     Work,
     admin_work,
     archive_name,
@@ -24,6 +23,7 @@ from ccm_guard.gc.keep import (
     worktree_head,
 )
 from ccm_guard.gc.linked import AdminEntry, trusted
+from ccm_guard.state.pins import ARCHIVE_PREFIX
 from ccm_guard.state.registry import TRANSITIONS, Task
 
 GONE = ("DISCARDED", "CLEANED_UP")  # statuses whose worktree and branch are meant to be gone

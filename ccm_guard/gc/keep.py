@@ -17,13 +17,12 @@ from pathlib import Path
 
 from ccm_guard import git, worktree
 from ccm_guard.errors import StateError
+from ccm_guard.state.registry import sanitise_task_id
+from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from ccm_guard.gc.linked import AdminEntry, admin_entries, same
 from ccm_guard.prevent import hooks as install
-from ccm_guard.state import registry
 from ccm_guard.state.home import admin_lock
 
-ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
-SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
 # A task's snapshot refs go when the task is discarded, and apply's push refs right after
 # the fetch: they keep nothing for good.
 NOT_KEEPERS = (SNAPSHOT_PREFIX, "refs/ccm-guard/push/")
@@ -140,7 +139,7 @@ def unmade_work(host: git.Repo, path: Path, base: str) -> Work:
 
 
 def archive_name(name: str) -> str:
-    return registry.sanitise_task_id(name)
+    return sanitise_task_id(name)
 
 
 def archive_slot(host: git.Repo, name: str, tip: str | None) -> str:

@@ -26,7 +26,6 @@ from ccm_guard.gc.action import (
     to_audit,
 )
 from ccm_guard.gc.keep import (
-    ARCHIVE_PREFIX,
     Work,
     admin_work,
     delete_branch,
@@ -48,6 +47,7 @@ from ccm_guard.gc.linked import (
 from ccm_guard.git import layout
 from ccm_guard.state import trash
 from ccm_guard.state.home import admin_lock, home
+from ccm_guard.state.pins import ARCHIVE_PREFIX
 from ccm_guard.state.registry import RUNNING, Registry, Task, pid_alive
 
 

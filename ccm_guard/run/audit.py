@@ -16,7 +16,9 @@ from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import RepoError, StateError
 from ccm_guard.git import config as configfile
 from ccm_guard.git import layout
-from ccm_guard.run.exec import file_digest, judge, next_steps
+from ccm_guard.run.dispose import next_steps
+from ccm_guard.run.exec import file_digest
+from ccm_guard.run.judge import judge
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry
 
@@ -77,7 +79,8 @@ def audit_foreign(found: git.Discovered, base_ref: str | None, read_only: bool, 
     # No snapshot was taken before: the gates see the head and nothing else.
     empty = Snapshot({}, {}, {}, {}, 0.0)
     now = Snapshot({}, {}, {pins.branch_ref: head} if head else {}, {}, 0.0)
-    ctx = Context(pins, repo, base or "", empty, now, compare(empty, empty, pins, found.git_dir), None, None, {})
+    ctx = Context(pins=pins, repo=repo, base=base or "", before=empty, after=now,
+                  delta=compare(empty, empty, pins, found.git_dir))
     names = ["clean-tree"] + ([] if read_only or not require_commit or base_ref is None else ["new-commit"])
     results = gates.run_gates(ctx, names)
     if reason:

@@ -12,34 +12,33 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
-from ccm_guard import failpoints, git, worktree
+from ccm_guard import failpoints, worktree
 from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
-from ccm_guard.detect import gates, recovery, signatures
-from ccm_guard.detect.context import Context, untrusted_reason
-from ccm_guard.detect.delta import compare
 from ccm_guard.detect.policy_at import policy_at
-from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
-from ccm_guard.detect.verdict import Checks, Recovered, Verdict
-from ccm_guard.errors import GitError, GuardError, NotARepository, StateError
-from ccm_guard.git import config as configfile
+from ccm_guard.detect.snapshot import Snapshot
+from ccm_guard.detect.verdict import Checks, Verdict
+from ccm_guard.errors import NotARepository, StateError
 from ccm_guard.git import layout
 from ccm_guard.policy import Role
 from ccm_guard.prevent import arm as prevention
+from ccm_guard.run.dispose import dispose
+from ccm_guard.run.judge import judge, main_files, recover_blocked_commit, snapshot
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
 
 
+class PlainDirectory(Exception):
+    """The run's start is in no git repository (nothing was created): a copied directory's case."""
+
+
 def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
+    """A run in a linked worktree; PlainDirectory when there is no repository to make one of."""
     command = runner.resolve_command(opts.command, os.environ, Path.cwd())
     try:
         plan = worktree.plan(opts.start, opts.task, opts.base)
-    except NotARepository:
-        from ccm_guard.copy import (
-            exec as copyexec,  # a plain directory: the copied-directory strategy
-        )
-
-        return copyexec.exec_copied(opts, registry)
+    except NotARepository as exc:
+        raise PlainDirectory(str(opts.start)) from exc
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
     role = policy_at(layout.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
     role = worktree.sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
@@ -67,7 +66,8 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     baseline = write_baseline(Path(task.log_dir, "baseline.json"), before, main_before)
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
     registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
-    return run_and_judge(opts, registry, task, pins, role, checks, armed, before, main_before, notes)
+    return run_and_judge(opts, registry, Ready(task=task, pins=pins, role=role, checks=checks, armed=armed,
+                                               before=before, main_before=main_before, notes=tuple(notes)))
 
 
 def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
@@ -93,10 +93,24 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins, role: Role, checks: Checks,
-                  armed: prevention.Armed, before: Snapshot, main_before: Mapping[str, str] | None,
-                  notes: list[str] | None = None) -> Verdict:
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """A task about to start its agent: made, armed, and its baseline taken."""
+
+    task: Task
+    pins: Pins
+    role: Role
+    checks: Checks
+    armed: prevention.Armed
+    before: Snapshot  # the metadata snapshot the gates compare against
+    main_before: Mapping[str, str] | None  # the person's dirty and untracked files
+    notes: tuple[str, ...] = ()  # for the verdict (what .worktreeinclude brought, ...)
+
+
+def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdict:
     """The agent's run and everything after it, for a new task and a resumed one alike."""
+    task, pins, role, checks, armed = ready.task, ready.pins, ready.role, ready.checks, ready.armed
+    before, main_before = ready.before, ready.main_before
     host = layout.host_repo(pins.common_dir)
     marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
     env = runner.agent_environment(os.environ, opts.keep_env, {
@@ -121,7 +135,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, task: Task, pins: Pins,
     verdict.sandbox, verdict.profile = armed.sandbox, armed.profile
     verdict.refusals = prevention.refusals(armed.refusal_log)
     verdict.question = read_question(pins.worktree)
-    verdict.notes = list(notes or [])
+    verdict.notes = list(ready.notes)
     if opts.snapshot_every is None:
         opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)
     try:
@@ -161,209 +175,3 @@ def _compiled_rules(role: Role) -> dict[str, Any]:
     return Rules(role.allow, role.forbid).to_data()
 
 
-def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
-                           refusal_log: Path) -> Recovered | None:
-    """When git's own report shows a sandbox-blocked lock in this task's git metadata and
-    the tree holds work, commit the work the role allows, on the host (seed 003, Bug E).
-
-    A spoofed report gains nothing: only what the agent could have committed itself is
-    committed, and the gates then judge it like any commit.
-    """
-    if not verdict.git_trusted:
-        return None
-    text = "\n".join(_tail(Path(p)) for p in (*logs, str(refusal_log)))
-    found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
-    if found is None:
-        return None
-    from ccm_guard.policy.rules import Rules
-
-    rules = Rules(role.allow, role.forbid)
-    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    result = recovery.recover(repo, lambda p: rules.violation(p) is None, _agent_message(task, pins),
-                              worktree.IDENTITY)
-    if result.commit is None:
-        return None
-    return Recovered(reason="sandbox blocked commit", line=found.line, commit=result.commit,
-                     committed=result.committed, left_uncommitted=result.refused, warning=result.warning)
-
-
-def _tail(path: Path, limit: int = 1 << 20) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _agent_message(task: Task, pins: Pins) -> str | None:
-    """The message the agent meant: its summary file, else the commit message it tried."""
-    for path in (Path(task.log_dir, "agent", "summary"), pins.admin_dir / "COMMIT_EDITMSG"):
-        text = _tail(path, 1 << 16).strip()
-        if text:
-            return text
-    return None
-
-
-def snapshot(pins: Pins) -> Snapshot:
-    """One walk of the metadata, with the files the config files include in it (the
-    config files are few and read first, so the walk is not done twice)."""
-    common = pins.common_dir
-    targets: list[Path] = []
-    for path in (common / "config", common / "config.worktree", *common.glob("worktrees/*/config.worktree")):
-        data = read_nofollow(path)
-        if data:
-            targets += configfile.include_targets(path, data)
-    return take(pins, tuple(targets))
-
-
-def main_files(main: git.Repo) -> dict[str, str]:
-    """The person's dirty and untracked files with an identity each (changes show as a new one)."""
-    found = {}
-    for entry in git.status(main):
-        try:
-            st = os.lstat(Path(main.work_tree or "/", entry.path))
-            found[entry.path] = f"{entry.code}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-        except OSError:
-            found[entry.path] = f"{entry.code}:missing"
-    return found
-
-
-def judge(
-    task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
-    registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (),
-) -> Verdict:
-    """Snapshot again (files only, no git), compare, decide trust, run the gates."""
-    after = snapshot(pins)
-    main_git_dir = Path(task.main_git_dir)
-    delta = compare(before, after, pins, main_git_dir)
-    # Other tasks' worktrees, including ones still being created (git names the admin
-    # dir after the worktree's directory until it has to pick another name).
-    others = {
-        Path(t.admin_dir or t.worktree).name: f"refs/heads/{t.branch}"
-        for t in registry.list(repo=task.repo, live_only=False)
-        if t.id != task.id
-    }
-    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    ctx = Context(pins, repo, task.base, before, after, delta, main_before, None, others, leftovers, role=checks.role,
-                  ccm_moves=_recorded_moves(registry, task))
-    reason = untrusted_reason(ctx)
-    errors = [f"git was not run on this repository again: {reason}"] if reason else []
-    if reason:
-        ctx.repo = repo.distrust(reason)
-    else:
-        # The two walks of a work tree, the task's and the person's, run side by side.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            ctx.task_status = pool.submit(git.status, repo, ignored=True)
-            main_status = pool.submit(main_files, git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
-        if main_before is not None:
-            try:
-                ctx.main_files_after = main_status.result()
-            except GitError as exc:
-                errors.append(f"could not read your checkout's status: {exc.message}")
-    results = gates.run_gates(ctx, checks.gate_names())
-    head = ctx.head
-    commits: list[tuple[str, str]] = []
-    files: list[git.FileStat] = []
-    if head and not reason and head != task.base:
-        try:
-            commits = git.commits(ctx.repo, task.base, head)
-            files = git.numstat(ctx.repo, task.base, head)
-        except GitError as exc:
-            errors.append(exc.message)
-    return Verdict(
-        task=task.id, branch=task.branch, base=task.base, head=head, repo=task.main_worktree,
-        worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
-        gates=results, disposition="kept", errors=errors, git_trusted=reason is None,
-    )
-
-
-def _recorded_moves(registry: Registry, task: Task) -> tuple[tuple[str, str, str], ...]:
-    """The local ref moves other tasks' applies and rollbacks made (and one in flight)."""
-    moves = []
-    for other in registry.list(repo=task.repo, live_only=False):
-        for key in ("applying", "applied", "rolled_back"):
-            record = other.option(key) if other.id != task.id else None
-            if record and not record.get("remote") and not record.get("url") and record.get("ref"):
-                moves.append((record["ref"], record["old"], record["new"]))
-    return tuple(moves)
-
-
-def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
-    """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
-    if verdict.blocked:
-        registry.move(task.id, "BLOCKED")
-        verdict.disposition = "kept: the agent is blocked on a question"
-        verdict.next_steps = [f"answer, then: ccm-guard task resume {task.id} -- <agent command>",
-                              f"or give up:   ccm-guard task discard {task.id}"]
-        registry.update(task.id, verdict=json.dumps(verdict.to_json()))
-        return
-    passed = verdict.exit_code == 0
-    registry.move(task.id, "COMMITTED" if passed else "ERRORED", verdict=json.dumps(verdict.to_json()))
-    if verdict.git_trusted and verdict.head:
-        from ccm_guard.worktree.ops import auto_snapshots
-
-        with contextlib.suppress(GitError):
-            auto_snapshots(host, task, verdict.head, opts.snapshot_every or 0)
-    if passed and opts.apply and verdict.head and verdict.head != task.base:
-        _apply_on_pass(verdict, task, registry)
-        passed = verdict.exit_code == 0
-    remove = opts.cleanup if passed else opts.on_fail == "discard"
-    if remove:
-        _archive_and_remove(verdict, task, pins, host)
-        if verdict.disposition.startswith("removed"):
-            registry.set_option(task.id, "archive", {"ref": verdict.archive, "head": verdict.head or task.base})
-            registry.move(task.id, "CLEANED_UP" if passed else "DISCARDED")
-    verdict.next_steps = next_steps(verdict, task)
-    registry.update(task.id, verdict=json.dumps(verdict.to_json()))
-
-
-def _apply_on_pass(verdict: Verdict, task: Task, registry: Registry) -> None:
-    from ccm_guard.worktree import apply as applying
-
-    try:
-        verdict.applied = applying.apply_task(registry, task.id).to_json()
-    except GuardError as exc:
-        verdict.apply_refused = exc.message
-
-
-def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo) -> None:
-    if not verdict.git_trusted:
-        verdict.disposition = "kept: its git metadata was tampered with, so ccm-guard ran no git to archive it"
-        return
-    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    clean = any(g.name == "clean-tree" and g.status == "pass" for g in verdict.gates)
-    try:
-        verdict.archive = worktree.archive(repo, host, task.id, task.base, verdict.head or task.base, clean)
-    except GitError as exc:
-        verdict.disposition = "kept: the archive could not be made, so nothing was removed"
-        verdict.errors.append(exc.message)
-        return
-    try:
-        with contextlib.suppress(GuardError, OSError):
-            prevention.disarm(pins)  # its hooks live under the state home, not in the worktree
-        # Only a passed task's worktree may go back to the warm pool.
-        pooled = worktree.remove(host, pins, verdict.head, reuse=verdict.exit_code == 0)
-    except GitError as exc:
-        verdict.disposition = "kept: archived, but removing the worktree failed"
-        verdict.errors.append(exc.message)
-        return
-    verdict.disposition = "removed after archiving" if verdict.archive else "removed (no work to keep)"
-    if pooled:
-        verdict.disposition += "; the worktree went back to the warm pool"
-
-
-def next_steps(v: Verdict, task: Task) -> list[str]:
-    main = task.main_worktree
-    if v.disposition.startswith("removed"):
-        if v.archive:
-            return [f"restore the work: git -C {main} branch {task.branch} {v.archive}"]
-        return []
-    steps = []
-    if v.exit_code == 0 and v.head and v.head != task.base:
-        steps.append(f"review: git -C {main} log -p {task.base[:12]}..{task.branch}")
-        steps.append(f"merge:  git -C {main} merge {task.branch}")
-    else:
-        steps.append(f"inspect: cd {v.worktree}   (logs in {v.log_dir})")
-    steps.append(f"check again: ccm-guard audit {task.id}")
-    return steps

@@ -22,12 +22,12 @@ from ccm_guard.git import Repo, layout
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.run.exec import (
     QUESTION_FILE,
+    Ready,
     file_digest,
-    main_files,
     run_and_judge,
-    snapshot,
     write_baseline,
 )
+from ccm_guard.run.judge import main_files, snapshot
 from ccm_guard.state.registry import Registry
 from ccm_guard.worktree import ops as taskops
 
@@ -54,7 +54,8 @@ def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
     registry.move(task.id, "ACTIVE", baseline=str(baseline), pid=os.getpid(), command=json.dumps(opts.command))
     registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
     task = registry.get(task.id)
-    return run_and_judge(opts, registry, task, pins, role, checks, armed, before, main_before)
+    return run_and_judge(opts, registry, Ready(task=task, pins=pins, role=role, checks=checks, armed=armed,
+                                               before=before, main_before=main_before))
 
 
 def _file_question(worktree_dir: Path, log_dir: Path) -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+# ccm-guard's own refs in the repository: a task's archived work, and its snapshots.
+ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
+SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
+
 
 @dataclasses.dataclass(frozen=True)
 class Pins:

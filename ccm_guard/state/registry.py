@@ -56,6 +56,10 @@ TRANSITIONS: dict[str, set[str]] = {
     "DISCARDED": {"CLEANED_UP", *RESTORED},
     "CLEANED_UP": {"APPLIED", *RESTORED},
 }
+# A task's strategy, as recorded in its options (older rows have none: a linked worktree).
+LINKED_WORKTREE = "worktree"
+COPIED_DIRECTORY = "copy"
+
 RUNNING = ("PENDING", "CREATED", "ACTIVE")  # a ccm-guard process holds the task
 LIVE = ("PENDING", "CREATED", "ACTIVE", "BLOCKED", "COMMITTED", "ERRORED")
 
@@ -96,6 +100,11 @@ class Task:
 
     def option(self, key: str) -> Any:
         return self.option_dict().get(key)
+
+    @property
+    def strategy(self) -> str:
+        """How the task's sandbox was made: LINKED_WORKTREE, or COPIED_DIRECTORY for a folder without git."""
+        return str(self.option("strategy") or LINKED_WORKTREE)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

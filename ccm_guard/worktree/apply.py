@@ -16,16 +16,13 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ccm_guard import failpoints, git, worktree
 from ccm_guard.errors import ApplyRefused, GitError, StateError, UsageError
 from ccm_guard.git import layout
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.registry import Registry, Task
-
-if TYPE_CHECKING:
-    from ccm_guard.copy.exec import CopyApplied
 
 STRATEGIES = ("merge", "squash", "ff")
 MAX_ATTEMPTS = 25  # local compare-and-swap: each lost race means another apply landed
@@ -62,12 +59,10 @@ class Applied:
 
 
 def apply_task(registry: Registry, task_id: str, into: str | None = None, strategy: str = "merge",
-               retries: int = PUSH_RETRIES) -> "Applied | CopyApplied":
+               retries: int = PUSH_RETRIES) -> Applied:
     if strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     task = registry.get(task_id)
-    if task.option("strategy") == "copy":
-        return _apply_copied(registry, task, into, strategy)
     reconcile(registry, task)
     task = registry.get(task_id)
     host = layout.host_repo(Path(task.repo))
@@ -76,16 +71,6 @@ def apply_task(registry: Registry, task_id: str, into: str | None = None, strate
     if target.url:
         return _apply_remote(registry, task, host, head, target, strategy, retries)
     return _apply_local(registry, task, host, head, target, strategy)
-
-
-def _apply_copied(registry: Registry, task: Task, into: str | None, strategy: str) -> "CopyApplied":
-    """A task in a copied directory (no git): its changes go back into the original."""
-    from ccm_guard.copy.exec import apply_copy
-
-    if into is not None or strategy != "merge":
-        raise UsageError(f"task {task.id} ran in a copy of a plain directory: it applies back into "
-                         f"{task.main_worktree} only, without --into or --strategy")
-    return apply_copy(registry, task)
 
 
 def _judged_head(host: git.Repo, task: Task) -> str:

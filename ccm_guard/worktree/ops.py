@@ -22,12 +22,11 @@ from ccm_guard.errors import (
     UntrustedRepoError,
     UsageError,
 )
-from ccm_guard.gc.keep import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from ccm_guard.git import config as configfile
 from ccm_guard.git import layout
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.home import admin_lock
-from ccm_guard.state.pins import Pins
+from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX, Pins
 from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree import apply as applying
 
@@ -68,10 +67,6 @@ def _work_head(task: Task, repo: git.Repo | None, host: git.Repo) -> str:
 def discard(registry: Registry, task_id: str) -> dict[str, Any]:
     """Archive all work (committed and not), then remove worktree and branch."""
     task = registry.get(task_id)
-    if task.option("strategy") == "copy":
-        from ccm_guard.copy import exec as copyexec
-
-        return copyexec.discard_copy(registry, task)
     if task.status in ("DISCARDED", "CLEANED_UP"):
         raise StateError(f"task {task.id} is already {task.status}" + _archive_hint(task))
     _not_running(task)
@@ -131,10 +126,6 @@ def _archive_hint(task: Task) -> str:
 def restore(registry: Registry, task_id: str) -> dict[str, Any]:
     """Bring a discarded task back: worktree and branch as they were, uncommitted work uncommitted."""
     task = registry.get(task_id)
-    if task.option("strategy") == "copy":
-        from ccm_guard.copy import exec as copyexec
-
-        return copyexec.restore_copy(registry, task)
     if task.status not in ("DISCARDED", "CLEANED_UP"):
         raise StateError(f"task {task.id} is {task.status}, not discarded: there is nothing to restore")
     host = layout.host_repo(Path(task.repo))

@@ -183,7 +183,7 @@ def test_enospc_while_archiving_keeps_the_worktree(tmp_path: Path) -> None:
     archive writes to): discard stops before removing anything."""
     from ccm_guard.errors import GuardError
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.ops import discard
+    from ccm_guard.run.tasks import discard
 
     with small_tmpfs(tmp_path / "small", "40m") as small:
         repo = make_repo(small / "repo")  # the state home (worktree, registry) stays on the roomy disk

@@ -1,0 +1,94 @@
+"""After the verdict: keep the task, apply it, or archive and remove it, and say what next."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from ccm_guard import git, worktree
+from ccm_guard.agent.options import ExecOptions
+from ccm_guard.detect.verdict import Verdict
+from ccm_guard.errors import GitError, GuardError
+from ccm_guard.prevent import arm as prevention
+from ccm_guard.state.pins import Pins
+from ccm_guard.state.registry import Registry, Task
+
+
+def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
+    """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
+    if verdict.blocked:
+        registry.move(task.id, "BLOCKED")
+        verdict.disposition = "kept: the agent is blocked on a question"
+        verdict.next_steps = [f"answer, then: ccm-guard task resume {task.id} -- <agent command>",
+                              f"or give up:   ccm-guard task discard {task.id}"]
+        registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+        return
+    passed = verdict.exit_code == 0
+    registry.move(task.id, "COMMITTED" if passed else "ERRORED", verdict=json.dumps(verdict.to_json()))
+    if verdict.git_trusted and verdict.head:
+        from ccm_guard.worktree.ops import auto_snapshots
+
+        with contextlib.suppress(GitError):
+            auto_snapshots(host, task, verdict.head, opts.snapshot_every or 0)
+    if passed and opts.apply and verdict.head and verdict.head != task.base:
+        _apply_on_pass(verdict, task, registry)
+        passed = verdict.exit_code == 0
+    remove = opts.cleanup if passed else opts.on_fail == "discard"
+    if remove:
+        _archive_and_remove(verdict, task, pins, host)
+        if verdict.disposition.startswith("removed"):
+            registry.set_option(task.id, "archive", {"ref": verdict.archive, "head": verdict.head or task.base})
+            registry.move(task.id, "CLEANED_UP" if passed else "DISCARDED")
+    verdict.next_steps = next_steps(verdict, task)
+    registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+
+
+def _apply_on_pass(verdict: Verdict, task: Task, registry: Registry) -> None:
+    from ccm_guard.worktree import apply as applying
+
+    try:
+        verdict.applied = applying.apply_task(registry, task.id).to_json()
+    except GuardError as exc:
+        verdict.apply_refused = exc.message
+
+
+def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo) -> None:
+    if not verdict.git_trusted:
+        verdict.disposition = "kept: its git metadata was tampered with, so ccm-guard ran no git to archive it"
+        return
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    clean = any(g.name == "clean-tree" and g.status == "pass" for g in verdict.gates)
+    try:
+        verdict.archive = worktree.archive(repo, host, task.id, task.base, verdict.head or task.base, clean)
+    except GitError as exc:
+        verdict.disposition = "kept: the archive could not be made, so nothing was removed"
+        verdict.errors.append(exc.message)
+        return
+    try:
+        with contextlib.suppress(GuardError, OSError):
+            prevention.disarm(pins)  # its hooks live under the state home, not in the worktree
+        # Only a passed task's worktree may go back to the warm pool.
+        pooled = worktree.remove(host, pins, verdict.head, reuse=verdict.exit_code == 0)
+    except GitError as exc:
+        verdict.disposition = "kept: archived, but removing the worktree failed"
+        verdict.errors.append(exc.message)
+        return
+    verdict.disposition = "removed after archiving" if verdict.archive else "removed (no work to keep)"
+    if pooled:
+        verdict.disposition += "; the worktree went back to the warm pool"
+
+
+def next_steps(v: Verdict, task: Task) -> list[str]:
+    main = task.main_worktree
+    if v.disposition.startswith("removed"):
+        if v.archive:
+            return [f"restore the work: git -C {main} branch {task.branch} {v.archive}"]
+        return []
+    steps = []
+    if v.exit_code == 0 and v.head and v.head != task.base:
+        steps.append(f"review: git -C {main} log -p {task.base[:12]}..{task.branch}")
+        steps.append(f"merge:  git -C {main} merge {task.branch}")
+    else:
+        steps.append(f"inspect: cd {v.worktree}   (logs in {v.log_dir})")
+    steps.append(f"check again: ccm-guard audit {task.id}")
+    return steps

@@ -1,0 +1,150 @@
+"""Judging a finished run: snapshot again, compare, decide whether git can be trusted, run
+the gates; and the host-side recovery of a commit the sandbox blocked."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Mapping
+
+from ccm_guard import git, worktree
+from ccm_guard.detect import gates, recovery, signatures
+from ccm_guard.detect.context import Context, untrusted_reason
+from ccm_guard.detect.delta import compare
+from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
+from ccm_guard.detect.verdict import Checks, Recovered, Verdict
+from ccm_guard.errors import GitError
+from ccm_guard.git import config as configfile
+from ccm_guard.policy import Role
+from ccm_guard.state.pins import Pins
+from ccm_guard.state.registry import Registry, Task
+
+
+def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
+                           refusal_log: Path) -> Recovered | None:
+    """When git's own report shows a sandbox-blocked lock in this task's git metadata and
+    the tree holds work, commit the work the role allows, on the host (seed 003, Bug E).
+
+    A spoofed report gains nothing: only what the agent could have committed itself is
+    committed, and the gates then judge it like any commit.
+    """
+    if not verdict.git_trusted:
+        return None
+    text = "\n".join(_tail(Path(p)) for p in (*logs, str(refusal_log)))
+    found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
+    if found is None:
+        return None
+    from ccm_guard.policy.rules import Rules
+
+    rules = Rules(role.allow, role.forbid)
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    result = recovery.recover(repo, lambda p: rules.violation(p) is None, _agent_message(task, pins),
+                              worktree.IDENTITY)
+    if result.commit is None:
+        return None
+    return Recovered(reason="sandbox blocked commit", line=found.line, commit=result.commit,
+                     committed=result.committed, left_uncommitted=result.refused, warning=result.warning)
+
+
+def _tail(path: Path, limit: int = 1 << 20) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - limit))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _agent_message(task: Task, pins: Pins) -> str | None:
+    """The message the agent meant: its summary file, else the commit message it tried."""
+    for path in (Path(task.log_dir, "agent", "summary"), pins.admin_dir / "COMMIT_EDITMSG"):
+        text = _tail(path, 1 << 16).strip()
+        if text:
+            return text
+    return None
+
+
+def snapshot(pins: Pins) -> Snapshot:
+    """One walk of the metadata, with the files the config files include in it (the
+    config files are few and read first, so the walk is not done twice)."""
+    common = pins.common_dir
+    targets: list[Path] = []
+    for path in (common / "config", common / "config.worktree", *common.glob("worktrees/*/config.worktree")):
+        data = read_nofollow(path)
+        if data:
+            targets += configfile.include_targets(path, data)
+    return take(pins, tuple(targets))
+
+
+def main_files(main: git.Repo) -> dict[str, str]:
+    """The person's dirty and untracked files with an identity each (changes show as a new one)."""
+    found = {}
+    for entry in git.status(main):
+        try:
+            st = os.lstat(Path(main.work_tree or "/", entry.path))
+            found[entry.path] = f"{entry.code}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+        except OSError:
+            found[entry.path] = f"{entry.code}:missing"
+    return found
+
+
+def judge(
+    task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
+    registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (),
+) -> Verdict:
+    """Snapshot again (files only, no git), compare, decide trust, run the gates."""
+    after = snapshot(pins)
+    main_git_dir = Path(task.main_git_dir)
+    delta = compare(before, after, pins, main_git_dir)
+    # Other tasks' worktrees, including ones still being created (git names the admin
+    # dir after the worktree's directory until it has to pick another name).
+    others = {
+        Path(t.admin_dir or t.worktree).name: f"refs/heads/{t.branch}"
+        for t in registry.list(repo=task.repo, live_only=False)
+        if t.id != task.id
+    }
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
+                  main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
+                  ccm_moves=_recorded_moves(registry, task))
+    reason = untrusted_reason(ctx)
+    errors = [f"git was not run on this repository again: {reason}"] if reason else []
+    if reason:
+        ctx.repo = repo.distrust(reason)
+    else:
+        # The two walks of a work tree, the task's and the person's, run side by side.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            ctx.task_status = pool.submit(git.status, repo, ignored=True)
+            main_status = pool.submit(main_files, git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
+        if main_before is not None:
+            try:
+                ctx.main_files_after = main_status.result()
+            except GitError as exc:
+                errors.append(f"could not read your checkout's status: {exc.message}")
+    results = gates.run_gates(ctx, checks.gate_names())
+    head = ctx.head
+    commits: list[tuple[str, str]] = []
+    files: list[git.FileStat] = []
+    if head and not reason and head != task.base:
+        try:
+            commits = git.commits(ctx.repo, task.base, head)
+            files = git.numstat(ctx.repo, task.base, head)
+        except GitError as exc:
+            errors.append(exc.message)
+    return Verdict(
+        task=task.id, branch=task.branch, base=task.base, head=head, repo=task.main_worktree,
+        worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
+        gates=results, disposition="kept", errors=errors, git_trusted=reason is None,
+    )
+
+
+def _recorded_moves(registry: Registry, task: Task) -> tuple[tuple[str, str, str], ...]:
+    """The local ref moves other tasks' applies and rollbacks made (and one in flight)."""
+    moves = []
+    for other in registry.list(repo=task.repo, live_only=False):
+        for key in ("applying", "applied", "rolled_back"):
+            record = other.option(key) if other.id != task.id else None
+            if record and not record.get("remote") and not record.get("url") and record.get("ref"):
+                moves.append((record["ref"], record["old"], record["new"]))
+    return tuple(moves)
