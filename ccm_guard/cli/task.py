@@ -79,7 +79,7 @@ def task_show(task_id: str, as_json: bool) -> None:
     (and an apply that had landed is recorded).
     """
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.ops import describe
+    from ccm_guard.worktree.divergence import describe
 
     registry = Registry()
     t = registry.get(task_id)
@@ -212,7 +212,7 @@ def task_rollback(task_id: str, to_snapshot: int | None, path: str | None, as_js
     """
     from ccm_guard.errors import UsageError
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.ops import rollback
+    from ccm_guard.worktree.rollback import rollback
 
     if to_snapshot is not None and path is not None:
         raise UsageError("--to-snapshot and --file do not go together: pick one")
@@ -227,7 +227,7 @@ def task_snapshot(task_id: str, as_json: bool) -> None:
     """Save the worktree as it is (commits and uncommitted work) as the task's next
     snapshot, refs/ccm-guard/snapshots/<task>/<n>."""
     from ccm_guard.state.registry import Registry
-    from ccm_guard.worktree.ops import take_snapshot
+    from ccm_guard.worktree.rollback import take_snapshot
 
     result = take_snapshot(Registry(), task_id)
     _emit(result, as_json, [f"ccm-guard: snapshot {result['snapshot']} of task {task_id}: {result['commit'][:12]}"

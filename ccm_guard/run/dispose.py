@@ -26,7 +26,7 @@ def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: g
     passed = verdict.exit_code == 0
     registry.move(task.id, "COMMITTED" if passed else "ERRORED", verdict=json.dumps(verdict.to_json()))
     if verdict.git_trusted and verdict.head:
-        from ccm_guard.worktree.ops import auto_snapshots
+        from ccm_guard.worktree.rollback import auto_snapshots
 
         with contextlib.suppress(GitError):
             auto_snapshots(host, task, verdict.head, opts.snapshot_every or 0)

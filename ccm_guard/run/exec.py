@@ -26,6 +26,7 @@ from ccm_guard.run.dispose import dispose
 from ccm_guard.run.judge import judge, main_files, recover_blocked_commit, snapshot
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
+from ccm_guard.worktree.sparse import sparse_role
 
 
 class PlainDirectory(Exception):
@@ -41,7 +42,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         raise PlainDirectory(str(opts.start)) from exc
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
     role = policy_at(layout.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
-    role = worktree.sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
+    role = sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     main = plan.main.repo()

@@ -297,30 +297,3 @@ def _apply_lock(common_dir: Path) -> Iterator[None]:
 # --- what an apply would do ------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Divergence:
-    target: str
-    task_commits: int  # base..head
-    target_commits: int  # base..target: how far the target moved since the task began
-    conflicts: dict[str, str]  # what `apply` would report (empty: it applies cleanly)
-    applied: bool  # the task's commits are already in the target
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def divergence(task: Task, into: str | None = None) -> Divergence | None:
-    """How far the task and its target have each moved since the base; objects only."""
-    host = layout.host_repo(Path(task.repo))
-    head = git.resolve_commit(host, f"refs/heads/{task.branch}")
-    try:
-        target = resolve_target(host, task, into)
-    except UsageError:
-        return None
-    tip = git.resolve_commit(host, target.ref) if not target.url else None
-    if head is None or tip is None:
-        return None
-    applied = git.is_ancestor(host, head, tip)
-    conflicts = {} if applied or git.is_ancestor(host, tip, head) else git.merge_tree(host, tip, head).conflicts
-    return Divergence(target.name, git.count_commits(host, task.base, head), git.count_commits(host, task.base, tip),
-                      conflicts, applied)
