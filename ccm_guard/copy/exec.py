@@ -41,6 +41,7 @@ from ccm_guard.errors import GuardError, RepoError, UsageError
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.home import home, key_hash, no_interrupts, require_space
 from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
+from ccm_guard.agent import profiles
 
 # The strategy's entry points, and what its callers and tests reach through this module.
 __all__ = ["STRATEGY", "Checks", "CopyApplied", "CopyVerdict", "apply_copy", "discard_copy", "exec_copied",
@@ -64,7 +65,7 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     options = {"strategy": STRATEGY, "source": str(plan.source), **checks.to_json()}
     task, base, copied = create_copy(plan, registry, opts.command, options)
     private = plan.log_dir / "agent"
-    profile = prevention.profile_of(command, opts.agent)
+    profile = profiles.profile_of(command, opts.agent)
     try:
         (private / "tmp").mkdir(parents=True, exist_ok=True)
         # As the git strategy does with its worktree, with the copy as the task's one root.

@@ -15,6 +15,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import git
+from ccm_guard.agent.profiles import (
+    PROFILES,
+    codex_workspace_write,
+    home_state,
+    profile_of,
+    with_add_dirs,
+)
 from ccm_guard.errors import UsageError
 from ccm_guard.policy import Role
 from ccm_guard.prevent import hooks as install
@@ -25,9 +32,6 @@ from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Task
 
 SANDBOXES = ("none", "landlock", "auto")
-PROFILES = ("codex", "claude", "gemini", "aider", "generic")
-# State a known agent keeps under $HOME, which it must be able to write inside the sandbox.
-_PROFILE_HOME = {"claude": (".claude", ".claude.json"), "gemini": (".gemini",), "aider": ()}
 
 
 @dataclasses.dataclass
@@ -39,13 +43,6 @@ class Armed:
     profile: str
     refusal_log: Path
     writable: list[Path]  # what the agent may write under the sandbox
-
-
-def profile_of(command: list[str], forced: str | None) -> str:
-    if forced:
-        return forced
-    name = Path(command[0]).name
-    return name if name in PROFILES else "generic"
 
 
 def check_options(sandbox_mode: str, no_network: bool, agent: str | None) -> None:
@@ -84,8 +81,8 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     }
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
                                             private, profile)
-    if profile == "codex" and _codex_workspace_write(command):
-        command = _with_add_dirs(command, writable or roots.writable_roots(pins.worktree))
+    if profile == "codex" and codex_workspace_write(command):
+        command = with_add_dirs(command, writable or roots.writable_roots(pins.worktree))
     return Armed(command, env, confine, described, profile, refusal_log, writable)
 
 
@@ -107,34 +104,9 @@ def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[
         return None, "none", []
     if sandbox.abi() == 0:
         return None, "none (Landlock is not available on this kernel)", []
-    writable = [*task_roots(), private, *_home_state(profile)]
+    writable = [*task_roots(), private, *home_state(profile)]
     confine = sandbox.prepare(writable, no_network=no_network).enforce
     return confine, sandbox.describe() + (" without network" if no_network else ""), writable
-
-
-def _home_state(profile: str) -> list[Path]:
-    home = Path(os.path.expanduser("~"))
-    return [home / name for name in _PROFILE_HOME.get(profile, ()) if (home / name).exists()]
-
-
-def _with_add_dirs(command: list[str], task_roots: list[Path]) -> list[str]:
-    """Codex's own workspace-write sandbox knows nothing of linked worktrees (seed 003,
-    Bug E): tell it the roots a commit needs besides its cwd, the worktree."""
-    extra = [arg for root in task_roots[1:] for arg in ("--add-dir", str(root))]
-    at = 2 if len(command) > 1 and command[1] == "exec" else 1
-    return [*command[:at], *extra, *command[at:]]
-
-
-def _codex_workspace_write(command: list[str]) -> bool:
-    args = command[1:]
-    if "--full-auto" in args:
-        return True
-    for i, arg in enumerate(args):
-        if arg in ("-s", "--sandbox") and i + 1 < len(args) and args[i + 1] == "workspace-write":
-            return True
-        if arg == "--sandbox=workspace-write":
-            return True
-    return False
 
 
 def refusals(log: Path) -> list[dict[str, object]]:
