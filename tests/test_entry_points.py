@@ -1,0 +1,52 @@
+"""Names that code outside this checkout imports, kept working across the package's layout.
+
+Guard hooks installed by earlier versions live on in people's repositories and import
+`ccm_guard.hookrun`; the pool's detached refiller imports `ccm_guard.pool` by name; and
+`--help` prints the exit-code table made from ExitCode.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, ccm, git
+
+from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
+from ccm_guard.prevent.hooks import install_worktree
+from ccm_guard.prevent.resources import data_file
+
+
+def test_installed_hooks_import_the_stable_entry_name() -> None:
+    template = data_file("hooks", "hook.sh").read_text()
+    assert "from ccm_guard.hookrun import cli" in template
+
+
+def test_a_hook_of_the_previous_layout_runs_and_refuses(repo: Path) -> None:
+    """A task's pre-commit hook, whose entry line is the one the flat layout wrote, run by
+    git on a commit the policy forbids: the stable name still reaches the checker."""
+    wt = repo.parent / "wt-t1"
+    git(repo, "worktree", "add", "-q", "-b", "ccm/t1", str(wt))
+    install_worktree(wt, task="t1", branch="ccm/t1", role="implementor", log=repo.parent / "refusals.jsonl")
+    hooks = Path(git(wt, "rev-parse", "--path-format=absolute", "--git-path", "hooks"))
+    assert "from ccm_guard.hookrun import cli" in (hooks / "pre-commit").read_text()
+    (wt / ".gitattributes").write_text("* text=auto\n")
+    git(wt, "add", ".gitattributes")
+    proc = subprocess.run(["git", "commit", "-qm", "touch a control path"], cwd=wt, capture_output=True, text=True)
+    assert proc.returncode != 0 and "ccm-guard: refused: .gitattributes" in proc.stderr
+
+
+def test_the_refiller_entry_name_resolves() -> None:
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from ccm_guard import pool; print(callable(pool.refill))"
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_exit_code_table_lists_every_code() -> None:
+    for code in ExitCode:
+        assert f"  {int(code):<4} {code.text.split()[0]}" in EXIT_CODE_TABLE
+    helped = ccm("--help", cwd=ROOT).stdout
+    assert all(f"{int(code):<4} " in helped for code in ExitCode)
