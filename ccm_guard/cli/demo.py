@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -43,12 +42,12 @@ def _make_repo(root: Path) -> Path:
 
     repo = root / "project"
     repo.mkdir()
-    env = {**git.environment(None), "GIT_AUTHOR_NAME": "Demo", "GIT_AUTHOR_EMAIL": "demo@example.com",
-           "GIT_COMMITTER_NAME": "Demo", "GIT_COMMITTER_EMAIL": "demo@example.com"}
+    identity = {"GIT_AUTHOR_NAME": "Demo", "GIT_AUTHOR_EMAIL": "demo@example.com",
+                "GIT_COMMITTER_NAME": "Demo", "GIT_COMMITTER_EMAIL": "demo@example.com"}
     (repo / "README.md").write_text("# demo project\n")
     (repo / "app.py").write_text("print('hello')\n")
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Initial commit"]):
-        subprocess.run([git.binary(), *args], cwd=repo, env=env, check=True)
+        git.run(args, cwd=repo, env=identity)
     for name, text in (("good-agent.sh", GOOD_AGENT), ("bad-agent.sh", BAD_AGENT)):
         path = root / name
         path.write_text(text)

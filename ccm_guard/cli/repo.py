@@ -1,6 +1,6 @@
 """Command line, repository side: policy, check-paths, install/uninstall, hook, roots.
 
-Parse, call one function, render; nothing else (see cli.py).
+Parse, call one function, render; nothing else (see cli/__init__.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The copied-directory strategy: an agent run on a directory that is in no git repository.
 
-exec falls back to it when its directory is not in git (DESIGN.md § Strategies). The
+exec falls back to it when its directory is not in git (docs/design-notes.md#strategies). The
 directory is copied, reflinked where the file system can, to
 `$CCM_GUARD_HOME/copies/<key>/<task>`; a manifest of what the agent starts from is kept
-(copytree.py), and the agent runs in the copy. The gates that make sense without git
-judge the run (copygates.py); then the copy is kept, applied back into the original or
-moved to the archive (copyapply.py). This module is the run itself: refuse what cannot
+(copy/tree.py), and the agent runs in the copy. The gates that make sense without git
+judge the run (copy/gates.py); then the copy is kept, applied back into the original or
+moved to the archive (copy/apply.py). This module is the run itself: refuse what cannot
 work before anything is written, copy, run the agent, judge, dispose.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import policy
-from ccm_guard.agent import processes, runner
+from ccm_guard.agent import processes, profiles, runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.copy.apply import CopyApplied, apply_copy, discard_copy, restore_copy
 from ccm_guard.copy.gates import BRANCH, CopyVerdict, judge_copy
@@ -41,7 +41,6 @@ from ccm_guard.errors import GuardError, RepoError, UsageError
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.home import home, key_hash, no_interrupts, require_space
 from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
-from ccm_guard.agent import profiles
 
 # The strategy's entry points, and what its callers and tests reach through this module.
 __all__ = ["STRATEGY", "Checks", "CopyApplied", "CopyVerdict", "apply_copy", "discard_copy", "exec_copied",

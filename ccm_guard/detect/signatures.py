@@ -1,7 +1,7 @@
 """Recognise git's own report that a sandbox kept it from creating a lock file.
 
 An agent whose OS sandbox does not cover a linked worktree's git metadata loses every
-commit to a line like (git 2.39, reproduced in tests/test_signatures.py):
+commit to a line like (git 2.39, reproduced in tests/detect/test_signatures.py):
 
     fatal: Unable to create '/r/.git/worktrees/t/index.lock': Permission denied
     fatal: cannot lock ref 'HEAD': Unable to create '/r/.git/refs/heads/ccm/t.lock': Permission denied
@@ -11,7 +11,7 @@ commit to a line like (git 2.39, reproduced in tests/test_signatures.py):
 The reason depends on the sandbox: Landlock gives EACCES, macOS Seatbelt and immutable
 directories EPERM, a read-only bind mount (bubblewrap) EROFS.
 
-The agent writes its own output, so the match is strict (seed 003, hardening F1):
+The agent writes its own output, so the match is strict (docs/design-notes.md#the-error-signature):
 the line must *start* with git's `fatal:`/`error:` prefix (a summary that quotes the
 line does not count), `.lock` must be followed by the closing quote or `:` (so
 `index.lock.bak` and `index.lock/x` do not count), the path must be absolute and lie

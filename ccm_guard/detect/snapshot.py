@@ -74,7 +74,8 @@ class Snapshot:
 
 
 def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
-    """Capture everything DESIGN.md § Detection lists. Pure file reads; no git."""
+    """Capture the common dir's files, the worktree's `.git` pointer, the host files that
+    steer git or ccm-guard, the refs and the object inventory. Pure file reads; no git."""
     files: dict[str, Entry] = {}
     contents: dict[str, bytes] = {}
     common = pins.common_dir

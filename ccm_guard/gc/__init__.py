@@ -1,14 +1,15 @@
 """`ccm-guard gc`: stale tasks, orphans in every direction, dead locks, expired archives.
 
 `plan` (here) only looks, and returns what it would do as data (a list of `Action`s);
-`execute` (gc_run.py) does the safe ones, each checked again against the state it finds.
+`execute` (run.py) does the safe ones, each checked again against the state it finds.
 One rule holds over all of it: nothing is removed whose work no surviving ref keeps
-(keep.py, where every removal lives). Seed 004 (cleanup policies) is the source; its
-"remove stale worktrees after 7 days" becomes "archive, then remove".
+(keep.py, where every removal lives). So a stale worktree is never just removed: it is
+archived, then removed.
 
-    gc.py         options, plan: what is stale, orphaned, locked or expired
-    gc_action.py  Action, the task-status rules, the dry run's forecast of the steps
-    gc_run.py     execute: each action re-checked, then done
+    __init__.py   options, plan: what is stale, locked or expired
+    orphans.py    plan, continued: what no task row names
+    action.py     Action, the task-status rules, the dry run's forecast of the steps
+    run.py        execute: each action re-checked, then done
     keep.py       the invariant, archives, and every removal
     linked.py     git's admin entries, trust in a worktree, ccm-guard's locks
 """
@@ -22,36 +23,40 @@ import time
 from pathlib import Path
 
 from ccm_guard import git
-from ccm_guard.errors import GuardError, StateError, UsageError
+from ccm_guard.errors import GuardError, UsageError
 from ccm_guard.gc.action import (
     GONE,
     TASK_BRANCHES,
     Action,
-    Forecast,
-    admin_steps,
     branch_refs,
-    branch_step,
-    orphan_branch_of,
     running,
     task_steps,
     to_audit,
-    worktree_steps,
 )
-from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from ccm_guard.gc.linked import (
     AdminEntry,
     admin_entries,
     entry_at,
-    head_ref,
-    identify,
     lock_owner,
     lock_reason,
-    trusted,
+)
+from ccm_guard.gc.orphans import (
+    plan_branches,
+    plan_dir,
+    plan_foreign_dir,
+    plan_prune,
+    unknown_dirs,
 )
 from ccm_guard.gc.run import execute
 from ccm_guard.git import layout
-from ccm_guard.state.home import home, key_hash
-from ccm_guard.state.registry import COPIED_DIRECTORY, RUNNING, Registry, Task, pid_alive
+from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
+from ccm_guard.state.registry import (
+    COPIED_DIRECTORY,
+    RUNNING,
+    Registry,
+    Task,
+    pid_alive,
+)
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
 
@@ -96,13 +101,13 @@ def plan(registry: Registry, opts: Options) -> list[Action]:
     every = registry.list(live_only=False)
     rows = [t for t in every if t.strategy != COPIED_DIRECTORY]
     only = opts.repo
-    dirs = _unknown_dirs(rows, only)
+    dirs = unknown_dirs(rows, only)
     repos = [only] if only else sorted({Path(t.repo) for t in rows} | {c for c in dirs if c})
     actions: list[Action] = []
     for common in repos:
         actions += _plan_repo(common, [t for t in rows if Path(t.repo) == common], dirs.get(common, []), opts)
     for path in dirs.get(None, []):
-        actions.append(_plan_foreign_dir(path))
+        actions.append(plan_foreign_dir(path))
     copies = [t for t in every if t.strategy == COPIED_DIRECTORY and (not only or Path(t.repo) == only)]
     actions += [a for t in copies for a in [_plan_expiry(None, t, {}, opts)] if a]
     return actions
@@ -123,9 +128,9 @@ def _plan_repo(common: Path, rows: list[Task], dirs: list[Path], opts: Options) 
     actions += [a for t in rows for a in [_plan_task(host, t, entries, held, refs, opts)] if a]
     tasked = {t.id for t in rows} & {a.task for a in actions if a.task}
     claimed = branch_refs(rows)
-    actions += [_plan_dir(host, path, entries, held, claimed) for path in dirs]
-    actions += _plan_branches(host, rows, entries, branches)
-    actions += _plan_prune(host, rows, entries, held, tasked)
+    actions += [plan_dir(host, path, entries, held, claimed) for path in dirs]
+    actions += plan_branches(host, rows, entries, branches)
+    actions += plan_prune(host, rows, entries, held, tasked)
     actions += [a for t in rows if t.id not in tasked for a in [_plan_expiry(host, t, refs, opts)] if a]
     return actions
 
@@ -191,96 +196,6 @@ def _task_kind(t: Task, wt: Path, age: float, opts: Options) -> tuple[str, str] 
     if t.status in FINISHED and age >= opts.older_than:
         return "stale-task", f"{t.status} for {human_age(age)}, older than {human_age(opts.older_than)}"
     return None
-
-
-# --- orphans: what no task row names ---------------------------------------------------------------
-
-
-def _unknown_dirs(rows: list[Task], only: Path | None) -> dict[Path | None, list[Path]]:
-    """Directories under $CCM_GUARD_HOME/worktrees that no task row names, by repository."""
-    known = {os.path.realpath(t.worktree) for t in rows}
-    suffix = "-" + key_hash(only) if only else None
-    found: dict[Path | None, list[Path]] = {}
-    for path in sorted((home() / "worktrees").glob("*/*")):
-        if os.path.realpath(path) in known or (suffix and not path.parent.name.endswith(suffix)):
-            continue
-        pinned = identify(path)
-        common = pinned[0] if pinned else (only if suffix else None)
-        found.setdefault(common, []).append(path)
-    return found
-
-
-def _plan_dir(host: git.Repo, path: Path, entries: list[AdminEntry], held: dict[Path, str],
-              claimed: set[str]) -> Action:
-    action = Action("orphan-dir", str(host.common_dir), str(path), "no task row names this worktree", True, [])
-    pinned = identify(path)
-    if pinned is None:
-        return _plan_foreign_dir(path, str(host.common_dir))
-    entry = next((e for e in entries if e.admin == pinned[1]), None)
-    try:
-        if entry is None or entry.admin in held:
-            raise StateError(held.get(pinned[1], "git has no admin entry for it"))
-        branch = orphan_branch_of(entry, claimed)
-        repo = trusted(None, host.common_dir, entry.admin, path)
-        action.steps = worktree_steps(host, repo, path.name, (branch,) if branch else (), Forecast())
-        if branch:
-            action.steps.append(f"delete branch {branch.removeprefix('refs/heads/')} (no task uses it)")
-    except GuardError as exc:
-        action.safe, action.reason = False, f"{action.reason}; left alone: {exc.message}"
-    return action
-
-
-def _plan_foreign_dir(path: Path, repo: str = "") -> Action:
-    if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
-        return Action("orphan-dir", repo, str(path), "an empty directory no task row names", True,
-                      [f"remove the empty directory {path}"])
-    return Action("orphan-dir", repo, str(path), "no task row names it, and it is no worktree ccm-guard can "
-                  "trace to its repository, so gc cannot archive it: look inside, then remove it by hand", False, [])
-
-
-def _plan_branches(host: git.Repo, rows: list[Task], entries: list[AdminEntry],
-                   branches: dict[str, str]) -> list[Action]:
-    """ccm/* branches (`branches`: ref -> tip) that no task row names and no worktree has checked out."""
-    used = branch_refs(rows) | {e.head_ref for e in entries if e.head_ref}
-    used.add(head_ref(host.common_dir / "HEAD") or "")
-    actions = []
-    for ref, tip in sorted(branches.items()):
-        if ref in used:
-            continue
-        name = ref.removeprefix(TASK_BRANCHES)
-        action = Action("orphan-branch", str(host.common_dir), ref, "no task and no worktree uses it", True, [],
-                        commit=tip)
-        try:
-            action.steps = [branch_step(host, ref, tip, name, Forecast())]
-        except GuardError as exc:
-            action.safe, action.reason = False, f"{action.reason}; left alone: {exc.message}"
-        actions.append(action)
-    return actions
-
-
-def _plan_prune(host: git.Repo, rows: list[Task], entries: list[AdminEntry], held: dict[Path, str],
-                tasked: set[str]) -> list[Action]:
-    """Admin entries whose directory vanished (not the ones a task action removes itself)."""
-    mine = {os.path.realpath(t.worktree): t for t in rows}
-    busy = {os.path.realpath(t.worktree): t.id for t in rows if running(t)}
-    doomed = [e for e in entries if e.vanished and e.admin not in held]
-    listed = [e for e in doomed if not (e.path and getattr(mine.get(os.path.realpath(e.path)), "id", None) in tasked)]
-    if not listed:
-        return []
-    action = Action("prune", str(host.common_dir), str(host.common_dir / "worktrees"),
-                    "git admin entries whose worktree directory is gone", True, [])
-    try:
-        for e in doomed:
-            if e.path and os.path.realpath(e.path) in busy:
-                raise StateError(f"{e.admin} belongs to running task {busy[os.path.realpath(e.path)]} "
-                                 "and `git worktree prune` would drop it too; run gc when it ends")
-        for e in listed:
-            owner = mine.get(os.path.realpath(e.path)) if e.path else None
-            action.steps += admin_steps(host, e, owner.id if owner else e.admin.name, (), Forecast())[:-1]
-        action.steps.append("git worktree prune (" + ", ".join(e.admin.name for e in listed) + ")")
-    except GuardError as exc:
-        action.safe, action.reason = False, f"{action.reason}; left alone: {exc.message}"
-    return [action]
 
 
 def _plan_expiry(host: git.Repo | None, t: Task, refs: dict[str, str], opts: Options) -> Action | None:

@@ -1,4 +1,4 @@
-"""What one gc action is: the data `gc.plan` returns and `gc_run.execute` does.
+"""What one gc action is: the data `gc.plan` returns and `gc.run.execute` does.
 
 Besides the `Action` itself: the rules about a task's status that planning and running
 must agree on, and the steps an action will take as the dry run tells them. The steps

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from ccm_guard import git, worktree
 from ccm_guard.errors import StateError
-from ccm_guard.state.registry import sanitise_task_id
-from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
 from ccm_guard.gc.linked import AdminEntry, admin_entries, same
 from ccm_guard.prevent import hooks as install
 from ccm_guard.state.home import admin_lock
+from ccm_guard.state.pins import ARCHIVE_PREFIX, SNAPSHOT_PREFIX
+from ccm_guard.state.registry import sanitise_task_id
 
 # A task's snapshot refs go when the task is discarded, and apply's push refs right after
 # the fetch: they keep nothing for good.

@@ -1,8 +1,9 @@
-"""Git config files: key-by-key differences, and the keys that make git run code.
+"""Git config files: reading and writing them through git, key-by-key differences, and
+the keys that make git run code.
 
 A config change is reported key by key; the keys that run a program or steer git to
-other files (DESIGN.md § Detection) are named loudly, and their presence in a changed
-file makes ccm-guard stop running git on that repository.
+other files are named loudly, and their presence in a changed file makes ccm-guard
+stop running git on that repository.
 """
 
 from __future__ import annotations
@@ -13,9 +14,48 @@ import re
 import tempfile
 from pathlib import Path
 
-from ccm_guard import git
 from ccm_guard.errors import GitError
+from ccm_guard.git.core import Repo, describe_failure, run
 
+# --- reading and writing config through git ----------------------------------------------------
+
+
+def config_entries(path: Path) -> list[tuple[str, str]]:
+    """The key/value pairs of one config file, as git itself parses them; includes not followed.
+
+    Reading a config file runs nothing, whoever wrote it.
+    """
+    res = run(["config", "--file", str(path), "--no-includes", "--list", "-z"], check=False)
+    if res.returncode != 0:
+        raise GitError(f"{path} is not a valid git config file: {describe_failure(res)}")
+    pairs = []
+    for record in res.z():
+        key, _, value = record.partition("\n")
+        pairs.append((key, value))
+    return pairs
+
+
+def config_file_set(path: Path, key: str, value: str | None) -> None:
+    """Set `key` in the config file `path`, or (None) remove every value of it."""
+    if value is None:
+        run(["config", "--file", str(path), "--unset-all", key], check=False)  # absent already: fine
+    else:
+        run(["config", "--file", str(path), key, value])
+
+
+def remote_url(repo: Repo, name: str) -> str | None:
+    res = run(["config", "--get", f"remote.{name}.url"], repo, check=False)
+    return res.out.strip() or None
+
+
+def global_config_files() -> list[Path]:
+    """Where git looks for the user's global config, lowest precedence first (what
+    GIT_CONFIG_GLOBAL would put in their place is the caller's to decide)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return [Path(xdg, "git", "config"), Path(os.path.expanduser("~/.gitconfig"))]
+
+
+# --- what a change means ------------------------------------------------------------------------
 # Matched against the lower-cased key with the subsection removed ("filter.<x>.clean"
 # becomes "filter.*.clean"); subsections are the one case-sensitive part of a key.
 _DANGEROUS = re.compile(
@@ -93,7 +133,7 @@ def entries(data: bytes) -> list[tuple[str, str]]:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        return git.config_entries(Path(name))
+        return config_entries(Path(name))
     finally:
         os.unlink(name)
 

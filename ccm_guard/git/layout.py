@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ccm_guard.errors import RepoError
-from ccm_guard.git import Repo
+from ccm_guard.git.core import Repo
 
 
 def host_repo(common_dir: Path) -> Repo:

@@ -193,10 +193,10 @@ def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
 
 
 def _check_pattern(source: Source, where: tuple[str, ...], key: str, pattern: str) -> None:
-    from ccm_guard.policy import rules as pathrules
+    from ccm_guard.policy.matcher import Matcher
 
     try:
-        pathrules.Matcher([pattern])
+        Matcher([pattern])
     except ValueError as exc:
         _bad(source, where, key, f"bad pattern {pattern!r}: {exc}")
 

@@ -1,5 +1,5 @@
 """The `pool` command's side of the warm pool: fill, drain, status, and reconciling what
-interrupted processes left half-done. Taking and giving back entries: `pool.py`.
+interrupted processes left half-done. Taking and giving back entries: `pool/__init__.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from ccm_guard import failpoints, git
 from ccm_guard.errors import RepoError, StateError
-from ccm_guard.pool.entries import (
+from ccm_guard.pool.records import (
     LIVE_STATES,
     Entry,
     RepoConfig,
@@ -146,8 +146,8 @@ def _make(registry: Registry, config: RepoConfig, base: str) -> Entry:
 
 
 def _settle(registry: Registry, made: list[Entry]) -> None:
-    """Refresh each new index a second after its checkout (PERF-NOTES: until then every
-    status re-hashes the files), record it as written, and open the entries for taking."""
+    """Refresh each new index a second after its checkout (until then every status
+    re-hashes the files: docs/design-notes.md#the-racily-clean-index), record it as written, and open the entries for taking."""
     if not made:
         return
     time.sleep(max(0.0, made[-1].updated_at + 1.1 - time.time()))

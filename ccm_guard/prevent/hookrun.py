@@ -1,15 +1,15 @@
 """What ccm-guard's git hooks decide: `ccm-guard hook NAME ARGS...`.
 
-The sh hooks (hooks/hook.sh, written by install.py) start a fresh `python -I -S`
+The sh hooks (hooks/hook.sh, written by prevent/hookfiles.py) start a fresh `python -I -S`
 and call `cli()` only where there is something to decide. That start-up is paid on
 every commit, so this module imports only `os` and `sys` at the top and everything
-else where it is used (PERF-NOTES: typing ~3 ms, json ~9 ms through re, pathlib and
-subprocess more). `python -X importtime -m ccm_guard.prevent.hookrun` shows what it costs.
+else where it is used (typing ~3 ms, json ~9 ms through re, pathlib and subprocess
+more; see docs/design-notes.md#lean-imports-on-the-hook-path). `python -X importtime -m ccm_guard.prevent.hookrun` shows what it costs.
 
 The task's settings come from the file named by CCM_GUARD_HOOK_SETTINGS. The hook
 script sets that variable itself, from the path install baked into it, so an agent
 cannot point the hooks at other settings through its environment. The file format
-is documented in install.py (`write_settings`).
+is documented in prevent/hookfiles.py (`write_settings`).
 
 Every refusal prints one line per problem, `ccm-guard: refused: ...`, on stderr
 (git shows it to whoever ran the command), appends one JSON line to the task's log

@@ -3,8 +3,8 @@
 A linked worktree keeps its git metadata outside itself, so a sandbox that only lets the
 agent write its working directory turns every `git commit` into
 `fatal: Unable to create '.../worktrees/<name>/index.lock': Permission denied`
-(seed 003, Bug E). The answer here is the narrowest set that lets `git add` +
-`git commit` succeed, each root checked for real under Landlock in tests/test_roots.py
+(docs/design-notes.md#sandbox-blocked-commits). The answer here is the narrowest set that lets `git add` +
+`git commit` succeed, each root checked for real under Landlock in tests/prevent/test_roots.py
 (take any one away and the commit fails):
 
   worktree              the files the agent edits. Tamper: the `.git` pointer file.
@@ -32,7 +32,7 @@ the main worktree's index and HEAD), other admin dirs, other ref directories. gi
 Everything is read from the files (the `.git` pointer, `commondir`, `gitdir`, `HEAD`)
 rather than from git's discovery, which honours GIT_DIR and core.worktree. Any probe that
 fails raises: a partial answer would give a sandbox in which the commit still fails
-halfway (seed 003, F2). Call it before the task's first snapshot: it may create the
+halfway (docs/design-notes.md#writable-roots). Call it before the task's first snapshot: it may create the
 branch's (empty) ref and reflog directories, which a snapshot would then see appear.
 """
 

@@ -150,7 +150,7 @@ QUESTION_FILE = "question.json"
 
 
 def read_question(worktree_dir: Path) -> str | None:
-    """The agent's question, if it left one (seed 000's BLOCKED): its "question" field, else
+    """The agent's question, if it left one (docs/design-notes.md#blocked-tasks-ask-a-question): its "question" field, else
     the text. Read without following a link and capped: the agent wrote it."""
     path = worktree_dir / QUESTION_FILE
     if not os.path.lexists(path):

@@ -24,7 +24,7 @@ from ccm_guard.state.registry import Registry, Task
 def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
                            refusal_log: Path) -> Recovered | None:
     """When git's own report shows a sandbox-blocked lock in this task's git metadata and
-    the tree holds work, commit the work the role allows, on the host (seed 003, Bug E).
+    the tree holds work, commit the work the role allows, on the host (docs/design-notes.md#recovery-on-the-host).
 
     A spoofed report gains nothing: only what the agent could have committed itself is
     committed, and the gates then judge it like any commit.

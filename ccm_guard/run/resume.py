@@ -1,4 +1,5 @@
-"""`task resume`: run an agent again in a BLOCKED task's worktree (seed 000).
+"""`task resume`: run an agent again in a BLOCKED task's worktree
+(docs/design-notes.md#blocked-tasks-ask-a-question).
 
 The metadata baseline is taken afresh: the blocked run's gates already showed the metadata
 matched the original baseline, and between the runs only the person and ccm-guard acted,

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_repo ON tasks(repo, status);
 """
 
-# The lifecycle (DESIGN.md § Lifecycle); anything else is a bug or a race, and refused.
+# The lifecycle (docs/design-notes.md#the-task-lifecycle); anything else is a bug or a race, and refused.
 RESTORED = {"COMMITTED", "ERRORED", "BLOCKED", "ROLLED_BACK"}  # `task restore`: back to where it was
 TRANSITIONS: dict[str, set[str]] = {
     "PENDING": {"CREATED", "ERRORED", "CLEANED_UP"},
@@ -122,7 +122,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # somebody else's process: alive
-    return True
+    # An exited process its parent has not reaped yet (a zombie) still answers kill(0),
+    # but it holds nothing and will do no more work: count it dead. (A long-lived parent
+    # that runs exec in-process, or set itself up as a subreaper, leaves such zombies.)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
 
 
 class Registry:

@@ -1,8 +1,8 @@
 """Removing a worktree off the critical path: one rename now, the deletion after ccm-guard
 has answered.
 
-`git worktree remove` costs as much as the checkout did (PERF-NOTES: ~10 s at 100k files
-on ext4), because unlinking every file is the cost. Here the worktree's directory is
+`git worktree remove` costs as much as the checkout did (~10 s at 100k files on ext4;
+docs/design-notes.md#removal-off-the-critical-path), because unlinking every file is the cost. Here the worktree's directory is
 renamed into `$CCM_GUARD_HOME/trash/` (the same file system as the worktrees, so one
 `rename`), its admin dir is removed (a handful of files), and when this process exits,
 after the verdict is printed, a detached deleter empties the trash entry. Not earlier:

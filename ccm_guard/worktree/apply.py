@@ -4,7 +4,8 @@
 makes the commit, and `update-ref REF NEW OLD` moves the target only if nobody moved it
 first (compare-and-swap); a lost race recomputes against the new tip. A target that is
 checked out is brought up to date afterwards, only if it was clean. A remote target is
-pushed to, and a rejected push is fetched, rebuilt and retried (seed 000).
+pushed to, and a rejected push is fetched, rebuilt and retried
+(docs/design-notes.md#apply-by-compare-and-swap).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
 
 
 def auto_snapshots(host: git.Repo, task: Task, head: str, every: int) -> list[int]:
-    """A snapshot at every `every`-th commit of the run (seed 004), so a later rollback can
+    """A snapshot at every `every`-th commit of the run (docs/design-notes.md#rollback-points), so a later rollback can
     go back part of the way. Commits already snapshotted are not taken twice."""
     if every <= 0 or head == task.base:
         return []

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AUTHOR, ExecResult, git, marker_script  # noqa: F401  (marker_script: re-exported for the attacks)
+from conftest import AUTHOR, ExecResult, git
 
 from ccm_guard.prevent import sandbox
 

@@ -15,11 +15,10 @@ from adv import (
     COMMIT,
     all_paths,
     branch_files,
-    marker_script,
     plain_git,
     refusals,
 )
-from conftest import git, run_exec, write_agent
+from conftest import git, marker_script, run_exec, write_agent
 
 FORBIDDEN = "echo '* filter=evil' > .gitattributes; git add .gitattributes"
 

@@ -1,6 +1,6 @@
 """Class 3: tampering with git metadata the snapshot must see.
 
-tests/test_hardening.py holds the first set of these (the `.git` pointer, `commondir`,
+tests/detect/test_hardening.py holds the first set of these (the `.git` pointer, `commondir`,
 `gitdir`, `core.worktree`, alternates, grafts, replace refs, a symref branch, loose objects
 rewritten or deleted, another worktree's HEAD and config.worktree, in-progress state,
 reflogs, a forged commit-graph). These are the rest of the list.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adv import COMMIT, admin_of, all_paths, marker_script, plain_git
-from conftest import git, run_exec, write_agent
+from adv import COMMIT, admin_of, all_paths, plain_git
+from conftest import git, marker_script, run_exec, write_agent
 
 
 def test_deleted_pack_is_reported_and_git_is_not_run(repo: Path, tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from adv import COMMIT, SANDBOXES, all_paths, marker_script, plain_git, refusals
-from conftest import ExecResult, git, run_exec, write_agent
+from adv import COMMIT, SANDBOXES, all_paths, plain_git, refusals
+from conftest import ExecResult, git, marker_script, run_exec, write_agent
 
 
 def finished_task(repo: Path, tmp_path: Path, name: str = "done") -> ExecResult:

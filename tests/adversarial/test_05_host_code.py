@@ -1,6 +1,6 @@
 """Class 5: code that runs on the host later, when the person runs git or their tools.
 
-tests/test_hardening.py covers core.fsmonitor, core.hooksPath, include.path, filter.*.clean
+tests/detect/test_hardening.py covers core.fsmonitor, core.hooksPath, include.path, filter.*.clean
 with a .gitattributes entry, `!` aliases and credential.helper added by the agent, and code
 planted before the run that ccm-guard's own git must not run. These are the other keys and
 the project files that run code.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from adv import COMMIT, all_paths, marker_script, plain_git
-from conftest import git, run_exec, write_agent
+from adv import COMMIT, all_paths, plain_git
+from conftest import git, marker_script, run_exec, write_agent
 
 # key -> (value; a reading of it by plain git shows it is live)
 KEYS = {

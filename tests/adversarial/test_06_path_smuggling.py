@@ -1,6 +1,6 @@
 """Class 6: smuggling changes past the role's path rules.
 
-tests/test_policy.py covers renames into tests/, symlinks out of the worktree and to
+tests/policy/test_policy.py covers renames into tests/, symlinks out of the worktree and to
 forbidden paths, mode changes, gitlinks, .gitattributes/.gitmodules, names with spaces,
 newlines and bytes that are not UTF-8, case and NFC/NFD twins, and a forbidden change
 undone in a later commit. These are the rest.

@@ -1,7 +1,7 @@
 """Class 7: spoofing what the runner parses or shows.
 
-tests/test_exec_sandbox.py covers a spoofed `index.lock` line that gains nothing (and one
-with forbidden work that still fails), tests/test_hardening.py escapes in paths and
+tests/prevent/test_exec_sandbox.py covers a spoofed `index.lock` line that gains nothing (and one
+with forbidden work that still fails), tests/detect/test_hardening.py escapes in paths and
 commit subjects. These are the rest: lock lines that name someone else's metadata, a fake
 verdict, escapes that would hide the real verdict, a question that would excuse a failure,
 and a forged refusal log.

@@ -1,6 +1,6 @@
 """Class 8: outliving the run.
 
-tests/test_processes.py covers a background writer, a `setsid` double fork with a cleared
+tests/agent/test_processes.py covers a background writer, a `setsid` double fork with a cleared
 environment, a `nohup` child that edits after the agent exits, a timeout and TERM ignored.
 ccm-guard is a child subreaper: every orphan of the agent becomes its child, so these all
 end before the gates look. What is not its descendant (a service that was already running)

@@ -1,4 +1,4 @@
-"""ccm-guard itself interrupted, starved and raced (issue 8 § Faults, issue 6 § Many at once).
+"""ccm-guard itself interrupted, starved and raced (docs/design-notes.md#interrupted-and-concurrent-runs).
 
 Each test stops or disturbs a real ccm-guard process at a named point (SIGKILL through
 CCM_GUARD_FAILPOINT, see ccm_guard/failpoints.py), then checks the invariants: no agent
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ccm, git, make_repo, run_exec, small_tmpfs, write_agent
@@ -29,10 +30,11 @@ def _killed_at(point: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
     return proc
 
 
-def _show(repo: Path, task: str) -> dict:  # type: ignore[type-arg]
+def _show(repo: Path, task: str) -> dict[str, Any]:
     proc = ccm("task", "show", task, "--json", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    shown: dict[str, Any] = json.loads(proc.stdout)
+    return shown
 
 
 def _gc(repo: Path) -> subprocess.CompletedProcess[str]:
@@ -182,8 +184,8 @@ def test_enospc_while_archiving_keeps_the_worktree(tmp_path: Path) -> None:
     """A real full disk (a small tmpfs holding the repository, whose object store the
     archive writes to): discard stops before removing anything."""
     from ccm_guard.errors import GuardError
-    from ccm_guard.state.registry import Registry
     from ccm_guard.run.tasks import discard
+    from ccm_guard.state.registry import Registry
 
     with small_tmpfs(tmp_path / "small", "40m") as small:
         repo = make_repo(small / "repo")  # the state home (worktree, registry) stays on the roomy disk

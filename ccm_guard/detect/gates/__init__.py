@@ -3,7 +3,7 @@
 Each has a stable id (its key in GATES), gives a one-line reason and the paths involved
 per finding, and is one function and one line in GATES. Here: the task's own tree,
 commits, paths, limits and processes; refs, git metadata and the person's checkout are
-in stategates.py.
+in gates/repo.py.
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import AUTHOR, git
 
-from ccm_guard.prevent import hookrun
+from ccm_guard.prevent import hookfiles, hookrun
 from ccm_guard.prevent import hooks as install
 
 REAL_GIT = os.path.realpath(shutil.which("git") or "git")
@@ -58,12 +59,12 @@ def hook_script(path: Path, body: str) -> Path:
     return path
 
 
-def make_task(repo: Path, name: str = "t1", **options: object) -> Task:
+def make_task(repo: Path, name: str = "t1", **options: Any) -> Task:
     wt = repo.parent / f"wt-{name}"
     git(repo, "worktree", "add", "-q", "-b", f"ccm/{name}", str(wt))
     log = repo.parent / f"{name}-refusals.jsonl"
     install.install_worktree(wt, task=name, branch=f"ccm/{name}", role="implementor", log=log,
-                             **options)  # type: ignore[arg-type]
+                             **options)
     return Task(repo, wt, log)
 
 
@@ -248,7 +249,7 @@ def test_a_hook_chained_to_itself_does_not_loop(repo: Path) -> None:
     install.install_repo(repo)
     hooks = repo / ".git/hooks"
     # The kept legacy is a copy of our own hook whose legacy is the hook itself: A -> B -> A.
-    loop = install.render({"HOOK": "pre-commit", "PY": sys.executable, "PYPATH": "", "SETTINGS": "",
+    loop = hookfiles.render({"HOOK": "pre-commit", "PY": sys.executable, "PYPATH": "", "SETTINGS": "",
                            "TASKS": "", "LEGACY": str(hooks / "pre-commit"), "CHECK": "1"})
     (hooks / f"pre-commit{install.LEGACY_SUFFIX}").write_text(loop)
     (hooks / f"pre-commit{install.LEGACY_SUFFIX}").chmod(0o755)
@@ -293,7 +294,7 @@ def test_hookrun_module_runs_a_hook(task: Task) -> None:
 def test_a_vanished_interpreter_refuses_clearly(task: Task) -> None:
     hooks = next(task.wt.parent.glob("state/hooks/*/worktrees/*"))
     hook = hooks / "pre-commit"
-    hook.write_text(hook.read_text().replace(install.interpreter(), "/nonexistent/python3", 1))
+    hook.write_text(hook.read_text().replace(hookfiles.interpreter(), "/nonexistent/python3", 1))
     proc = commit(task.wt, "a.txt")
     assert proc.returncode != 0
     assert "ccm-guard: refused: /nonexistent/python3 is gone: reinstall the hooks" in proc.stderr

@@ -38,7 +38,7 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_not_a_git_repository_needs_no_base(tmp_path: Path) -> None:
-    """A plain directory runs in a copy (tests/test_copyexec.py); a git-only option is refused."""
+    """A plain directory runs in a copy (tests/copy/test_copyexec.py); a git-only option is refused."""
     plain = tmp_path / "plain"
     plain.mkdir()
     proc = ccm("exec", "--base", "HEAD~1", "--", "true", cwd=plain)
@@ -97,7 +97,7 @@ def test_worktree_path_that_exists(repo: Path) -> None:
 
 def test_missing_agent_command(repo: Path) -> None:
     proc = ccm("exec", "--", "no-such-agent-xyz", "--flag", cwd=repo)
-    assert proc.returncode == ExitCode.NOT_FOUND == 127
+    assert proc.returncode == int(ExitCode.NOT_FOUND) == 127
     assert "'no-such-agent-xyz' not found on PATH" in one_line_error(proc)
     assert_nothing_left(repo)
 
@@ -106,7 +106,7 @@ def test_agent_path_not_executable(repo: Path, tmp_path: Path) -> None:
     script = tmp_path / "agent.sh"
     script.write_text("#!/bin/sh\ntrue\n")
     proc = ccm("exec", "--", str(script), cwd=repo)
-    assert proc.returncode == ExitCode.NOT_EXECUTABLE == 126
+    assert proc.returncode == int(ExitCode.NOT_EXECUTABLE) == 126
     assert "chmod +x" in one_line_error(proc)
     assert_nothing_left(repo)
 

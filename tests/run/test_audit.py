@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from conftest import ccm, git, run_exec, spawn_exec, write_agent
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 
 
-def audit(*args: str, cwd: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
+def audit(*args: str, cwd: Path) -> tuple[int, dict[str, Any]]:
     proc = ccm("audit", "--json", *args, cwd=cwd)
     return proc.returncode, json.loads(proc.stdout)
 
 
-def statuses(verdict: dict) -> dict[str, str]:  # type: ignore[type-arg]
+def statuses(verdict: dict[str, Any]) -> dict[str, str]:
     return {g["name"]: g["status"] for g in verdict["gates"]}
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import ccm, git, run_exec, write_agent
+from conftest import ExecResult, ccm, git, run_exec, write_agent
 
 from ccm_guard.detect.policy_at import check_staged
 
@@ -16,11 +17,11 @@ def commit_all(repo: Path, message: str = "policy") -> None:
     git(repo, "commit", "-q", "-m", message)
 
 
-def findings(res, gate: str) -> list[dict]:  # type: ignore[no-untyped-def]
+def findings(res: ExecResult, gate: str) -> list[dict[str, Any]]:
     return [f for g in res.verdict["gates"] if g["name"] == gate for f in g["findings"]]
 
 
-def paths_of(res, gate: str) -> list[str]:  # type: ignore[no-untyped-def]
+def paths_of(res: ExecResult, gate: str) -> list[str]:
     return sorted(p for f in findings(res, gate) for p in f["paths"])
 
 

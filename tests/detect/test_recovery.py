@@ -168,7 +168,7 @@ def test_a_branch_moved_meanwhile_is_not_overwritten(tmp_path: Path, monkeypatch
 
 @needs_landlock
 def test_commit_blocked_by_sandbox_is_recovered(tmp_path: Path) -> None:
-    """Bug E end to end: the agent's commit dies under a worktree-only sandbox; the host recovers."""
+    """The blocked commit end to end: the agent's commit dies under a worktree-only sandbox; the host recovers."""
     main, wt, admin = linked_worktree(tmp_path)
     agent = ("echo improved > src/app.py; mkdir -p forbidden; echo x > forbidden/f; "
              "git add -A; git commit -qm 'Improve app'")

@@ -28,10 +28,12 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import ROOT
 
-SHIM = Path(__file__).resolve().parent.parent / "shims" / "git"
+SHIM = ROOT / "shims" / "git"
 REAL_GIT = os.path.realpath(shutil.which("git") or "/usr/bin/git")
 BRANCH = "ccm/t1"
 TIMEOUT = 20
@@ -166,7 +168,7 @@ def snapshot(r: Repo) -> dict[str, tuple[int, bytes]]:
     return files
 
 
-def log_lines(r: Repo) -> list[dict]:
+def log_lines(r: Repo) -> list[dict[str, Any]]:
     if not r.log.exists():
         return []
     return [json.loads(line) for line in r.log.read_text(encoding="utf-8").splitlines()]
@@ -193,7 +195,7 @@ def assert_refused(r: Repo, args: list[str], op: str,
     return res.stderr
 
 
-def assert_same(a: subprocess.CompletedProcess[bytes], b: subprocess.CompletedProcess[bytes]):
+def assert_same(a: subprocess.CompletedProcess[bytes], b: subprocess.CompletedProcess[bytes]) -> None:
     assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
 
 
@@ -307,13 +309,13 @@ REFUSED = [
 ]
 
 
-def _ids(case):
+def _ids(case: tuple[list[str], str]) -> str:
     args, op = case
     return " ".join(args).replace("\n", "\\n")[:60] + f" [{op}]"
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=[_ids(c) for c in REFUSED])
-def test_refused(repo: Repo, case):
+def test_refused(repo: Repo, case: tuple[list[str], str]) -> None:
     args, op = case
     args = [repo.main_only if a == MAIN_ONLY else a for a in args]
     assert_refused(repo, args, op)
@@ -328,19 +330,19 @@ def test_refused(repo: Repo, case):
     ("GIT_OBJECT_DIRECTORY", "/tmp/objects"),
     ("GIT_EXEC_PATH", "/tmp"),
 ])
-def test_refused_redirect_environment(repo: Repo, var: str, value: str):
+def test_refused_redirect_environment(repo: Repo, var: str, value: str) -> None:
     env = dict(repo.env, **{var: value})
     err = assert_refused(repo, ["status"], "redirect", env=env)
     assert var.encode() in err
 
 
-def test_refusal_log_round_trips_awkward_arguments(repo: Repo):
+def test_refusal_log_round_trips_awkward_arguments(repo: Repo) -> None:
     args = ["commit", "-n", "-m", 'a "quoted" \\ back\nslash\r\x01\x1f é ✓', ""]
     assert_refused(repo, args, "no-verify")
     assert log_lines(repo)[-1]["argv"] == args
 
 
-def test_refusal_without_a_writable_log_still_refuses(repo: Repo):
+def test_refusal_without_a_writable_log_still_refuses(repo: Repo) -> None:
     env = dict(repo.env, CCM_GUARD_LOG=str(repo.root / "missing-dir" / "log.jsonl"))
     res = shim(repo, "push", env=env)
     assert res.returncode == 1
@@ -350,7 +352,7 @@ def test_refusal_without_a_writable_log_still_refuses(repo: Repo):
     assert res.returncode == 1 and res.stderr.count(b"\n") == 1
 
 
-def test_refusal_without_task_branch_refuses_branch_writes(repo: Repo):
+def test_refusal_without_task_branch_refuses_branch_writes(repo: Repo) -> None:
     env = {k: v for k, v in repo.env.items() if k != "CCM_GUARD_BRANCH"}
     assert_refused(repo, ["checkout", "-b", BRANCH], "switch", env=env)
 
@@ -407,14 +409,14 @@ READ_ONLY = [
 
 
 @pytest.mark.parametrize("args", READ_ONLY, ids=lambda a: " ".join(a))
-def test_allowed_read_only_is_byte_identical(repo: Repo, args: list[str]):
+def test_allowed_read_only_is_byte_identical(repo: Repo, args: list[str]) -> None:
     expected = real(repo, *args)
     got = shim(repo, *args)
     assert_same(got, expected)
     assert not repo.log.exists()
 
 
-def test_abbreviated_options_are_rejected_by_git(repo: Repo):
+def test_abbreviated_options_are_rejected_by_git(repo: Repo) -> None:
     """--no-verif would be --no-verify for git; under the shim git refuses it itself."""
     before = snapshot(repo)
     res = shim(repo, "commit", "--allow-empty", "--no-verif", "-m", "x")
@@ -473,7 +475,7 @@ WRITES = [
 
 
 @pytest.mark.parametrize("case", WRITES, ids=[" ".join(c[0]).replace("\n", "\\n")[:50] for c in WRITES])
-def test_allowed_write_matches_twin(twins: tuple[Repo, Repo], case):
+def test_allowed_write_matches_twin(twins: tuple[Repo, Repo], case: tuple[list[str], bool]) -> None:
     a, b = twins
     args, dirty = case
     for r in (a, b):
@@ -491,7 +493,7 @@ def test_allowed_write_matches_twin(twins: tuple[Repo, Repo], case):
     assert not a.log.exists()
 
 
-def test_allowed_by_role(repo: Repo):
+def test_allowed_by_role(repo: Repo) -> None:
     """CCM_GUARD_ALLOW lets a class through to the real git, untouched."""
     env = dict(repo.env, CCM_GUARD_ALLOW="remote dangerous-config")
     assert_same(shim(repo, "ls-remote", ".", env=env), real(repo, "ls-remote", "."))
@@ -502,7 +504,7 @@ def test_allowed_by_role(repo: Repo):
     assert_refused(repo, ["checkout", "main"], "switch", env=env)
 
 
-def test_arguments_survive_untouched(repo: Repo, tmp_path: Path):
+def test_arguments_survive_untouched(repo: Repo, tmp_path: Path) -> None:
     """Spaces, quotes, newlines, empty strings and leading dashes reach git as given."""
     args = ["rev-parse", "--sq-quote", "a b", "", "-x", "--y", 'q"uo\'te', "new\nline",
             "tab\there", "*", "$HOME", "back\\slash"]
@@ -520,22 +522,22 @@ def _no_git(res: subprocess.CompletedProcess[bytes], value: str) -> None:
                           "refusing to run\n").encode()
 
 
-def test_fail_closed_when_real_git_unset(repo: Repo):
+def test_fail_closed_when_real_git_unset(repo: Repo) -> None:
     env = {k: v for k, v in repo.env.items() if k != "CCM_GUARD_REAL_GIT"}
     _no_git(shim(repo, "status", env=env), "")
 
 
 @pytest.mark.parametrize("value", ["/nonexistent/git", "git", "usr/bin/git", "/tmp"])
-def test_fail_closed_when_real_git_is_not_an_executable_path(repo: Repo, value: str):
+def test_fail_closed_when_real_git_is_not_an_executable_path(repo: Repo, value: str) -> None:
     _no_git(shim(repo, "status", env=dict(repo.env, CCM_GUARD_REAL_GIT=value)), value)
 
 
-def test_fail_closed_when_real_git_is_the_shim(repo: Repo):
+def test_fail_closed_when_real_git_is_the_shim(repo: Repo) -> None:
     for target in (str(SHIM), str(repo.root / "bin" / "git")):
         _no_git(shim(repo, "status", env=dict(repo.env, CCM_GUARD_REAL_GIT=target)), target)
 
 
-def test_fail_closed_with_two_copies_of_the_shim(repo: Repo, tmp_path: Path):
+def test_fail_closed_with_two_copies_of_the_shim(repo: Repo, tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     for d in (first, second):
         d.mkdir()
@@ -548,7 +550,7 @@ def test_fail_closed_with_two_copies_of_the_shim(repo: Repo, tmp_path: Path):
     _no_git(shim(repo, "status", env=env), str(second / "git"))
 
 
-def test_exports_recursion_guard_to_git(repo: Repo):
+def test_exports_recursion_guard_to_git(repo: Repo) -> None:
     """git runs a git-<name> helper from PATH: it sees what the shim exported."""
     helper = repo.root / "helpers" / "git-show-env"
     helper.parent.mkdir()
@@ -575,7 +577,7 @@ STRACE_CASES = [
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 @pytest.mark.parametrize("args", STRACE_CASES, ids=lambda a: " ".join(a))
-def test_allowed_path_execs_only_git(repo: Repo, tmp_path: Path, args: list[str]):
+def test_allowed_path_execs_only_git(repo: Repo, tmp_path: Path, args: list[str]) -> None:
     out = tmp_path / "strace.out"
     res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
                           "git", *args], cwd=repo.wt, env=repo.env, capture_output=True,
@@ -589,7 +591,7 @@ def test_allowed_path_execs_only_git(repo: Repo, tmp_path: Path, args: list[str]
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-def test_reset_outside_head_calls_git_once(repo: Repo, tmp_path: Path):
+def test_reset_outside_head_calls_git_once(repo: Repo, tmp_path: Path) -> None:
     """The one allowed exception: merge-base --is-ancestor, then git itself."""
     out = tmp_path / "strace.out"
     res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
@@ -604,7 +606,7 @@ def test_reset_outside_head_calls_git_once(repo: Repo, tmp_path: Path):
 
 # --- the script itself -----------------------------------------------------------------
 
-def test_shim_is_posix_sh():
+def test_shim_is_posix_sh() -> None:
     assert SHIM.read_text().startswith("#!/bin/sh\n")
     assert os.access(SHIM, os.X_OK)
     for sh in ("sh", "dash"):

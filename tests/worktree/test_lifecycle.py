@@ -6,22 +6,25 @@ Real repositories, real `ccm-guard` processes; each test checks the repository a
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from conftest import ccm, git, make_repo, run_exec, write_agent
 
 COMMIT_A = 'echo "feature" > feature.txt\nrgit add feature.txt\nrgit commit -q -m "add feature"\n'
 
 
-def _task(repo: Path, tmp_path: Path, task: str, body: str = COMMIT_A, *options: str) -> dict:
+def _task(repo: Path, tmp_path: Path, task: str, body: str = COMMIT_A, *options: str) -> dict[str, Any]:
     agent = write_agent(tmp_path, body, name=f"{task}.sh")
     result = run_exec(repo, agent, "--task", task, *options)
     return result.verdict | {"code": result.code}
 
 
-def _json(proc) -> dict:  # type: ignore[no-untyped-def]
+def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert proc.stdout, proc.stderr
-    return json.loads(proc.stdout)
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
 
 
 def test_apply_merges_without_touching_the_person_s_files_and_updates_their_clean_checkout(repo: Path, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The warm pool's tables and entries: the rows, claiming one, what "pristine" means, and
-destroying one. The design and the states an entry goes through: `pool.py`.
+destroying one. The design and the states an entry goes through: `pool/__init__.py`.
 
 Pristine, when taken: its index file exactly as ccm-guard wrote it (inode, size, mtime
 and ctime: any write changes the ctime, which no unprivileged process can set back), no

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,10 @@ sys.stdin.readline()
 """
 
 
-def wait_until(condition: object, what: str, seconds: float = 60) -> None:
+def wait_until(condition: Callable[[], object], what: str, seconds: float = 60) -> None:
     """Poll for something that happens in the background (not a timing assertion)."""
     deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting: {what}")
         time.sleep(0.05)

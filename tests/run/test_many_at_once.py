@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ccm, git, make_repo, spawn_exec, write_agent
@@ -23,7 +24,7 @@ def _run_all(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[t
     return [(p.wait(timeout=timeout), *p.communicate()) for p in procs]
 
 
-def _start_tasks(repo: Path, tmp_path: Path) -> list[dict]:  # type: ignore[type-arg]
+def _start_tasks(repo: Path, tmp_path: Path) -> list[dict[str, Any]]:
     agent = write_agent(tmp_path, 'echo "$CCM_GUARD_TASK" > "out-$CCM_GUARD_TASK.txt"\n'
                         'rgit add -A\nrgit commit -q -m "work of $CCM_GUARD_TASK"\n')
     procs = [spawn_exec(repo, "--json", "--task", f"t{i}", "--", str(agent)) for i in range(N)]
@@ -34,7 +35,7 @@ def _start_tasks(repo: Path, tmp_path: Path) -> list[dict]:  # type: ignore[type
     return verdicts
 
 
-def _apply_all(repo: Path, *extra: str) -> list[dict]:  # type: ignore[type-arg]
+def _apply_all(repo: Path, *extra: str) -> list[dict[str, Any]]:
     procs = [subprocess.Popen([sys.executable, "-m", "ccm_guard", "task", "apply", f"t{i}", "--json", *extra],
                               cwd=repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               stdin=subprocess.DEVNULL) for i in range(N)]

@@ -17,6 +17,7 @@ import pytest
 from conftest import AUTHOR, git
 
 from ccm_guard.errors import RepoError
+from ccm_guard.prevent import hookfiles, hookreport
 from ccm_guard.prevent import hooks as install
 
 State = dict[str, tuple[str, int, bytes]]
@@ -58,7 +59,7 @@ def add_worktree(repo: Path, name: str = "t1") -> Path:
     return wt
 
 
-def install_task(wt: Path, name: str = "t1") -> install.Report:
+def install_task(wt: Path, name: str = "t1") -> hookreport.Report:
     return install.install_worktree(wt, task=name, branch=f"ccm/{name}", role="implementor",
                                     log=wt.parent / f"{name}.jsonl")
 
@@ -75,10 +76,10 @@ def test_worktree_install_is_per_worktree_under_the_state_home(repo: Path, isola
     assert git(wt, "config", "--get", "core.hooksPath") == str(hooks)
     assert git(repo, "config", "--get", "core.hooksPath", check=False) == ""  # the main checkout
     assert sorted(p.name for p in hooks.iterdir()) == sorted(
-        [*install.GUARD_HOOKS, "settings", "install.json"])
+        [*hookfiles.GUARD_HOOKS, "settings", "install.json"])
     settings = (hooks / "settings").read_text()
     assert "\nbranch=ccm/t1\n" in settings and "\nrole=implementor\n" in settings
-    block = install.block_values(hooks / "pre-commit")
+    block = hookfiles.block_values(hooks / "pre-commit")
     assert block["HOOK"] == "pre-commit" and block["SETTINGS"] == str(hooks / "settings")
     assert block["LEGACY"] == str(repo.resolve() / ".git" / "hooks" / "pre-commit")
 
@@ -86,7 +87,7 @@ def test_worktree_install_is_per_worktree_under_the_state_home(repo: Path, isola
 def test_hooks_run_the_resolved_interpreter_not_a_shim(repo: Path) -> None:
     report = install_task(add_worktree(repo))
     assert report.hooks_dir is not None
-    python = install.block_values(report.hooks_dir / "pre-push")["PY"]
+    python = hookfiles.block_values(report.hooks_dir / "pre-push")["PY"]
     assert os.path.isabs(python) and os.access(python, os.X_OK)
     assert "/shims/" not in python
     assert Path(python).read_bytes()[:2] != b"#!"  # a binary, not a wrapper script
@@ -156,8 +157,8 @@ def test_repo_install_uninstall_round_trip_is_byte_exact(repo: Path) -> None:
     before, config = tree_state(hooks), (repo / ".git/config").read_bytes()
     report = install.install_repo(repo)
     assert sorted(p.name for p, _ in report.kept) == ["commit-msg", "pre-commit", "pre-push"]
-    for name in install.GUARD_HOOKS:
-        assert install.is_ours(hooks / name)
+    for name in hookfiles.GUARD_HOOKS:
+        assert hookfiles.is_ours(hooks / name)
     assert (hooks / f"pre-commit{install.LEGACY_SUFFIX}").read_text() == "#!/bin/sh\nexit 0\n"
     assert (hooks / "pre-commit.legacy").exists()  # never ours to touch
     install.install_repo(repo)  # again: ours are recognised, nothing kept twice
@@ -171,7 +172,7 @@ def test_repo_install_uninstall_round_trip_is_byte_exact(repo: Path) -> None:
 def test_repo_install_creates_and_removes_a_missing_hooks_dir(repo: Path) -> None:
     assert not (repo / ".git/hooks").exists()  # GIT_TEMPLATE_DIR is empty in these tests
     install.install_repo(repo)
-    assert install.is_ours(repo / ".git/hooks/pre-commit")
+    assert hookfiles.is_ours(repo / ".git/hooks/pre-commit")
     install.uninstall_repo(repo)
     assert not (repo / ".git/hooks").exists()
 
@@ -179,10 +180,10 @@ def test_repo_install_creates_and_removes_a_missing_hooks_dir(repo: Path) -> Non
 def test_earlier_template_ids_are_recognised(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install.install_repo(repo)
     hook = repo / ".git/hooks/pre-commit"
-    hook.write_text(hook.read_text().replace(install.HOOK_ID, "0123456789abcdef"))
-    assert not install.is_ours(hook)
-    monkeypatch.setattr(install, "PRIOR_IDS", ("0123456789abcdef",))
-    assert install.is_ours(hook)
+    hook.write_text(hook.read_text().replace(hookfiles.HOOK_ID, "0123456789abcdef"))
+    assert not hookfiles.is_ours(hook)
+    monkeypatch.setattr(hookfiles, "PRIOR_IDS", ("0123456789abcdef",))
+    assert hookfiles.is_ours(hook)
     install.install_repo(repo)  # upgraded in place, not kept as legacy
     assert not (repo / f".git/hooks/pre-commit{install.LEGACY_SUFFIX}").exists()
 

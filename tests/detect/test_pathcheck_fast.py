@@ -24,7 +24,8 @@ from ccm_guard.detect.paths import (
     _change,
     check,
 )
-from ccm_guard.policy.rules import _CHUNK, _FEW, Rules
+from ccm_guard.policy.matcher import _CHUNK, _FEW
+from ccm_guard.policy.rules import Rules
 
 # Names that forbid rules catch, in other spellings (case, Unicode forms, "ß" folding to
 # "ss"), with a newline, or not UTF-8 (git's bytes read with surrogateescape).

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from conftest import git as gitcmd
+from pytest_subprocess import FakeProcess
 
 from ccm_guard import git
+from ccm_guard import text as report
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.detect import objects, snapshot
-from ccm_guard.detect import verdict as report
 from ccm_guard.detect.delta import Owner, classify
 from ccm_guard.errors import GitError, StateError, UsageError
 from ccm_guard.git import config as configfile
@@ -165,7 +166,7 @@ def test_illegal_lifecycle_transition_is_refused(repo: Path) -> None:
         registry.move("life", "PENDING")
 
 
-def test_failing_disk_during_worktree_add_leaves_nothing(repo: Path, fp) -> None:  # type: ignore[no-untyped-def]
+def test_failing_disk_during_worktree_add_leaves_nothing(repo: Path, fp: FakeProcess) -> None:
     """git reports ENOSPC half-way: the error names git's own words, nothing is left behind."""
     fp.allow_unregistered(True)
     fp.keep_last_process(True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo
+from conftest import ROOT, git, make_repo
 
 from ccm_guard.detect import signatures
 from ccm_guard.errors import UsageError
@@ -138,7 +138,7 @@ def test_restrict_confines_the_calling_process_and_what_it_execs(tmp_path: Path)
             "sandbox.restrict([sandbox.Path(sys.argv[1])]); "
             "os.execvp('sh', ['sh', '-c', 'echo a > \"$0\"/f && echo b > \"$1\"/f; echo rc=$?', *sys.argv[1:]])")
     proc = subprocess.run([sys.executable, "-B", "-c", code, str(inside), str(outside)],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+                          capture_output=True, text=True, cwd=ROOT)
     assert proc.stdout.strip() == "rc=2", proc.stderr
     assert "Permission denied" in proc.stderr
     assert (inside / "f").read_text() == "a\n" and not (outside / "f").exists()
@@ -172,7 +172,7 @@ def test_git_commit_in_a_linked_worktree_succeeds_with_its_roots(tmp_path: Path)
 
 @needs_landlock
 def test_git_commit_blocked_when_only_the_worktree_is_writable(tmp_path: Path) -> None:
-    """Bug E, for real: a sandbox that knows nothing of linked worktrees."""
+    """The blocked commit, for real: a sandbox that knows nothing of linked worktrees."""
     main, wt, admin = linked_worktree(tmp_path)
     proc = confined([wt], "echo more >> README.md; git add README.md; git commit -qm work", wt)
     assert proc.returncode == 128

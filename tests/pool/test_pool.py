@@ -21,6 +21,7 @@ import pytest
 from conftest import ccm, git, make_repo, run_exec, small_tmpfs, spawn_exec, write_agent
 
 from ccm_guard import pool
+from ccm_guard.pool import refiller
 from ccm_guard.state.registry import Registry
 
 FILES = {"README.md": "# project\n", "src/app.py": "print('hi')\n", ".gitignore": "*.log\n",
@@ -39,7 +40,8 @@ def pool_cmd(repo: Path, *args: str) -> dict[str, Any]:
         args = (*args, "--no-refill")  # takes and returns are judged without a refiller racing them
     proc = ccm("pool", *args, "--json", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
 
 
 def pool_of(repo: Path) -> dict[str, Any]:
@@ -240,7 +242,7 @@ def _refiller_held(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     go = tmp_path / "go"
     monkeypatch.setenv("CCM_GUARD_FAILPOINT", f"pool-before-settle:wait={go}")
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-    worker = threading.Thread(target=pool.refill_now, args=(common,))
+    worker = threading.Thread(target=refiller.refill_now, args=(common,))
     worker.start()
     wait_for(Path(f"{go}.reached"))
     monkeypatch.delenv("CCM_GUARD_FAILPOINT")
@@ -281,7 +283,7 @@ def test_the_refiller_leaves_the_running_task_its_disk(tmp_path: Path, monkeypat
         monkeypatch.setenv("CCM_GUARD_HOME", str(small / "state"))
         pool_cmd(repo, "fill", "-n", "1")
         assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "one").code == 0
-        pool.refill_now(Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")))
+        refiller.refill_now(Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")))
         assert [e["state"] for e in pool_of(repo)["entries"]] == ["out"]
 
 
@@ -339,7 +341,7 @@ def test_an_older_registry_is_migrated_by_many_processes_at_once(tmp_path: Path)
         db.execute("INSERT INTO pool_repos VALUES ('/r', 1, 'HEAD', 'k', '/r', '/w')")
         db.commit()
         db.close()
-        code = "from ccm_guard.pool import entries as p; print(p.config_of(p.open_registry(), __import__('pathlib').Path('/r')).refill)"
+        code = "from ccm_guard.pool import records as p; print(p.config_of(p.open_registry(), __import__('pathlib').Path('/r')).refill)"
         procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "CCM_GUARD_HOME": str(home)},
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(8)]
         results = [(p.wait(60), *p.communicate()) for p in procs]
@@ -436,8 +438,8 @@ def test_concurrent_pool_execs_never_share_a_worktree(repo: Path, tmp_path: Path
     procs = [spawn_exec(repo, "--json", "--pool", "--no-require-commit", "--task", f"c{i}", "--", str(agent))
              for i in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
-    for proc, (out, err) in zip(procs, outs):
-        assert proc.returncode == 0, err + out
+    for proc, (stdout, stderr) in zip(procs, outs):
+        assert proc.returncode == 0, stderr + stdout
     inodes = {p.name: int(p.read_text()) for p in seen.iterdir()}
     assert len(inodes) == 4 and len(set(inodes.values())) == 4
     assert len(pooled & set(inodes.values())) == 3  # the pool's three, and one fresh checkout

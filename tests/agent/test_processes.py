@@ -1,5 +1,3 @@
-from ccm_guard.state import home
-
 """The runner: leftovers, timeouts, signals, the pseudo-terminal."""
 
 from __future__ import annotations
@@ -14,6 +12,8 @@ import time
 from pathlib import Path
 
 from conftest import ROOT, alive, git, run_exec, spawn_exec, write_agent
+
+from ccm_guard.state import home
 
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 

@@ -1,0 +1,230 @@
+"""Work trees: linked worktrees (add, list, remove, prune), bringing a checkout to a
+commit (read-tree, reset, restore, sparse checkout), and what is in one (status, ignored
+and untracked files), including the pool's work trees that have only a private index.
+
+`git status --porcelain=v2` is parsed here and nowhere else (`_parse_status`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ccm_guard.errors import GitError
+from ccm_guard.git.core import Repo, describe_failure, run
+from ccm_guard.git.objects import blob_at
+
+# --- linked worktrees --------------------------------------------------------------------------
+
+
+def worktree_add(repo: Repo, path: Path, branch: str, base: str) -> None:
+    run(["worktree", "add", "--quiet", "-b", branch, str(path), base], repo, cwd="/")
+
+
+def worktree_add_bare(repo: Repo, path: Path, branch: str, base: str) -> None:
+    """`worktree add -b` without the checkout: the admin dir, HEAD and branch only (~10 ms
+    at any size); `reset_hard` or a sparse setup fills the work tree afterwards."""
+    run(["worktree", "add", "--quiet", "--no-checkout", "-b", branch, str(path), base], repo, cwd="/")
+
+
+def worktree_remove(repo: Repo, path: Path) -> None:
+    # Twice --force: also removes a worktree that is locked or has modifications.
+    run(["worktree", "remove", "--force", "--force", str(path)], repo, cwd="/")
+
+
+def worktree_prune(repo: Repo) -> None:
+    run(["worktree", "prune"], repo, cwd="/")
+
+
+def worktree_unlock(repo: Repo, path: Path) -> None:
+    run(["worktree", "unlock", str(path)], repo, cwd="/")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorktreeEntry:
+    path: Path
+    head: str | None
+    branch: str | None  # full ref name, None when detached
+    locked: str | None  # the lock reason ("" when locked without one)
+    prunable: bool
+
+
+def worktree_list(repo: Repo) -> list[WorktreeEntry]:
+    entries: list[WorktreeEntry] = []
+    for block in run(["worktree", "list", "--porcelain", "-z"], repo, cwd="/").out.split("\0\0"):
+        fields: dict[str, str] = {}
+        for line in block.split("\0"):
+            key, _, value = line.partition(" ")
+            if key:
+                fields[key] = value
+        if "worktree" in fields and "bare" not in fields:
+            entries.append(WorktreeEntry(Path(fields["worktree"]), fields.get("HEAD"), fields.get("branch"),
+                                         fields.get("locked"), "prunable" in fields))
+    return entries
+
+
+# --- bringing a checkout to a commit -----------------------------------------------------------
+
+
+def fast_forward_checkout(repo: Repo, old: str, new: str) -> None:
+    """Bring a clean checkout at `old` to `new`: index and changed files only (two-tree merge)."""
+    run(["read-tree", "-m", "-u", old, new], repo)
+
+
+def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
+    """Index and work tree to `rev`; files whose stat data match are not rewritten, and a
+    sparse checkout's patterns are honoured. (`worktree add` itself runs exactly this.)"""
+    run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
+
+
+def reset_work_tree(repo: Repo, head: str, work: str | None = None) -> None:
+    """The work tree (and its branch) exactly at `head`, then `work`'s files on top as
+    uncommitted changes: how an archive or a snapshot with uncommitted work comes back."""
+    run(["reset", "--quiet", "--hard", head], repo)
+    run(["clean", "-f", "-d", "--quiet"], repo)
+    if work is not None and work != head:
+        run(["read-tree", "-m", "-u", head, work], repo)
+        run(["reset", "--quiet", head], repo)  # the index back to head: the files stay as work
+
+
+def restore_path(repo: Repo, rev: str, path: str) -> bool:
+    """One path in index and work tree back to `rev`; False if `rev` does not have it (removed)."""
+    if blob_at(repo, rev, path) is not None:
+        run(["restore", "--source", rev, "--staged", "--worktree", "--", path], repo)
+        return True
+    run(["rm", "--quiet", "--cached", "--ignore-unmatch", "--", path], repo)
+    return False
+
+
+def sparse_set_cone(repo: Repo, directories: Sequence[str]) -> None:
+    """Cone-mode sparse checkout of `directories` (from stdin: no name is taken for an
+    option). Writes `info/sparse-checkout` in the admin dir, `core.sparseCheckout*` in its
+    `config.worktree`, and `extensions.worktreeConfig` in the shared config if unset."""
+    data = "".join(f"{d}\n" for d in directories).encode("utf-8", "surrogateescape")
+    run(["sparse-checkout", "set", "--cone", "--stdin"], repo, input=data, literal=False)
+
+
+# --- what is in a work tree --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusEntry:
+    code: str  # "??" untracked, "!!" ignored, "UU"-style unmerged, else the XY pair
+    path: str
+    head_mode: str = "000000"  # the mode in HEAD (tracked entries only)
+    head_blob: str = ""  # the object in HEAD (tracked entries only)
+
+
+def status(repo: Repo, *, ignored: bool = False, untracked: bool = True) -> list[StatusEntry]:
+    """`git status --porcelain=v2 -z` of the repo's work tree, every untracked file listed.
+
+    With `ignored`, ignored paths come too ("!!"; a wholly ignored directory is one entry),
+    from the same walk of the work tree. Without `untracked`, only tracked changes (no walk
+    for new files, about half the cost).
+    """
+    return _status(repo, ignored=ignored, untracked=untracked)
+
+
+def _status(repo: Repo, *, ignored: bool, untracked: bool, env: Mapping[str, str] | None = None) -> list[StatusEntry]:
+    args = ["status", "--porcelain=v2", "-z", "--untracked-files=" + ("all" if untracked else "no"), "--no-renames",
+            "--ignore-submodules=none"]
+    if ignored:
+        args.append("--ignored=matching")
+    return _parse_status(run(args, repo, env=env).z())
+
+
+def _parse_status(records: list[str]) -> list[StatusEntry]:
+    """The entries of `status --porcelain=v2 -z --no-renames` output, split on NUL.
+
+    "? path" and "! path" are untracked and ignored; "1 XY sub mH mI mW hH hI path" an
+    ordinary change (mH, hH: its HEAD side); "u XY sub m1 m2 m3 mW h1 h2 h3 path" an
+    unmerged one (m1, h1 taken as its HEAD side); "#" headers and "2" records (renames,
+    switched off) are not asked for.
+    """
+    entries = []
+    for record in records:
+        kind = record[0]
+        if kind in "?!":
+            entries.append(StatusEntry(kind * 2, record[2:]))
+        elif kind == "1":
+            fields = record.split(" ", 8)
+            entries.append(StatusEntry(fields[1], fields[8], fields[3], fields[6]))
+        elif kind == "u":
+            fields = record.split(" ", 10)
+            entries.append(StatusEntry(fields[1], fields[10], fields[3], fields[7]))
+    return entries
+
+
+def ignored_untracked(repo: Repo) -> list[str]:
+    """Untracked paths the repository's own ignore rules ignore, relative to the top.
+
+    A directory git does not walk into (wholly ignored, `node_modules/`) is one entry
+    ending in "/". Tracked files are never listed, ignored or not. (For .worktreeinclude.)
+    """
+    return run(["ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"], repo).z()
+
+
+def untracked_matching(repo: Repo, patterns: Path) -> list[str]:
+    """Untracked paths the gitignore-style patterns in the file `patterns` match, whatever
+    the repository's own ignore rules say; a directory whose untracked files all match is
+    one entry ending in "/". git does the matching, so its rules (anchoring, `**`,
+    negation, directory-only patterns) hold exactly.
+    """
+    return run(["ls-files", "--others", "--ignored", f"--exclude-from={patterns}", "--directory", "-z"], repo).z()
+
+
+@dataclasses.dataclass(frozen=True)
+class IgnoreRule:
+    source: str  # the ignore file, relative to the work tree when it is in it
+    line: str
+    pattern: str
+    path: str
+
+
+def check_ignore(repo: Repo, paths: list[str]) -> list[IgnoreRule]:
+    """Which rule of which ignore file ignores each path."""
+    if not paths:
+        return []
+    res = run(["check-ignore", "--verbose", "--no-index", "-z", "--stdin"], repo, literal=False,
+              input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0", check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    fields = res.out.split("\0")
+    return [IgnoreRule(*fields[i:i + 4]) for i in range(0, len(fields) - 3, 4) if fields[i]]
+
+
+# --- pool work trees without an admin entry ----------------------------------------------------
+# A pooled work tree is a directory and ccm-guard's own index file, with no entry under
+# <common>/worktrees: nothing a running task's snapshot sees. Git is run on it as the
+# common dir's work tree with a private index (GIT_INDEX_FILE); the main worktree's own
+# config.worktree is read then, so its sparse settings are switched off for these calls.
+
+_PRIVATE_INDEX_CONFIG = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.sparseCheckout", "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "index.sparse", "GIT_CONFIG_VALUE_1": "false",
+}
+
+
+def checkout_with_index(repo: Repo, index: Path, rev: str) -> None:
+    """Write `rev`'s files into repo.work_tree, recording them in the index file `index`
+    (made if missing). No ref, HEAD or other index is touched."""
+    run(["read-tree", "--reset", "-u", rev], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
+
+
+def refresh_with_index(repo: Repo, index: Path) -> None:
+    run(["update-index", "-q", "--refresh"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG},
+        check=False)
+
+
+def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
+    """`status` of repo.work_tree against the index file `index`, ignored files included.
+    (Its index-against-HEAD half compares with the common dir's HEAD: callers look only at
+    the work tree side.)"""
+    return _status(repo, ignored=True, untracked=True, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
+
+
+def clean_with_index(repo: Repo, index: Path) -> None:
+    """`git clean -ffdx` for a work tree whose index is the file `index`."""
+    run(["clean", "-ffdxq"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})

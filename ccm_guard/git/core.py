@@ -1,0 +1,216 @@
+"""The hardened core of the git gateway: the one place a git process is started.
+
+Every git process is built by `run`, hardened against what an agent may have planted in
+the repository:
+
+- the git dir, common dir and work tree are passed explicitly from paths pinned when
+  the task was created, so a rewritten `.git` pointer, `commondir` or `core.worktree`
+  cannot redirect ccm-guard to a decoy;
+- hooks, fsmonitor, pagers, replace objects, grafts, the commit-graph, signing and
+  auto-gc are off; the global and system config and the person's HOME are not read
+  (the agent can write `$HOME/.gitconfig` when it runs unsandboxed);
+- optional locks are off, so reading status never rewrites an index;
+- output is `-z` and split on NUL.
+
+Subprocess rather than plumbum: plumbum measured 50 to 66 ms at import, a third of the
+budget of a whole `exec` on a small repository (docs/design-notes.md); this module is the
+only place that would change if that ever flips.
+
+The other modules of the package build their typed queries on `run`; this one imports
+nothing from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ccm_guard.errors import GitError, NotARepository, RepoError, UntrustedRepoError
+
+HARDENING = (
+    "--no-pager",
+    "--no-replace-objects",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.commitGraph=false",
+    "-c", "core.pager=cat",
+    "-c", "core.editor=false",
+    "-c", "sequence.editor=false",
+    "-c", "commit.gpgSign=false",
+    "-c", "tag.gpgSign=false",
+    "-c", "log.showSignature=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "submodule.recurse=false",
+    "-c", "core.askPass=",
+    "-c", "credential.helper=",
+    "-c", "advice.graftFileDeprecated=false",  # GIT_GRAFT_FILE=/dev/null below is deliberate
+)
+
+# GIT_* variables the caller's environment may hold that would steer git elsewhere.
+_DROP_PREFIXES = ("GIT_",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Repo:
+    """Where git must look, pinned: never rediscovered from files the agent controls."""
+
+    git_dir: Path  # a linked worktree's admin dir, or the common dir itself
+    common_dir: Path
+    work_tree: Path | None = None
+    # Set once the snapshot shows config or object-store steering files were changed:
+    # from then on ccm-guard runs no git at all on this repository.
+    untrusted: str | None = None
+
+    def distrust(self, reason: str) -> "Repo":
+        return dataclasses.replace(self, untrusted=reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "surrogateescape")
+
+    def z(self) -> list[str]:
+        """NUL-separated output as a list (no trailing empty element)."""
+        return [p for p in self.out.split("\0") if p]
+
+
+@functools.lru_cache(maxsize=1)
+def binary() -> str:
+    found = shutil.which("git")
+    if not found:
+        raise GitError("git not found on PATH: install git (2.39 or newer) and try again")
+    return os.path.realpath(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_home() -> str:
+    # A HOME with nothing in it: no ~/.gitconfig, no ~/.config/git/{ignore,attributes}.
+    return tempfile.mkdtemp(prefix="ccm-guard-githome-")
+
+
+def environment(repo: Repo | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES)}
+    env.pop("XDG_CONFIG_HOME", None)
+    env.update(
+        HOME=_empty_home(),
+        LC_ALL="C",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_GRAFT_FILE="/dev/null",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_PAGER="cat",
+        PAGER="cat",
+    )
+    if repo is not None:
+        env["GIT_DIR"] = str(repo.git_dir)
+        env["GIT_COMMON_DIR"] = str(repo.common_dir)
+        if repo.work_tree is not None:
+            env["GIT_WORK_TREE"] = str(repo.work_tree)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(
+    args: Sequence[str],
+    repo: Repo | None = None,
+    *,
+    cwd: Path | str | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    literal: bool = True,
+) -> Result:
+    """Run one hardened git command; raise GitError with the whole story on failure.
+
+    Pathspecs are literal (a file the agent named `:(glob)*` is just that file), except
+    where a command refuses pathspec magic altogether (`literal=False`).
+    """
+    if repo is not None and repo.untrusted:
+        raise UntrustedRepoError(
+            f"refusing to run git on {repo.common_dir}: {repo.untrusted}; "
+            "inspect the repository by hand before trusting it again"
+        )
+    argv = (binary(), *HARDENING, *(("--literal-pathspecs",) if literal else ()), *args)
+    if cwd is None:
+        cwd = repo.work_tree if repo and repo.work_tree else (repo.git_dir if repo else "/")
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=environment(repo, env),
+            check=False,
+        )
+    except OSError as exc:
+        raise GitError(f"could not start git ({exc.strerror}): check that {argv[0]} works") from exc
+    result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        raise GitError(describe_failure(result))
+    return result
+
+
+def describe_failure(result: Result) -> str:
+    lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+    why = lines[-1] if lines else "no message"
+    return f"git {' '.join(result.args)} failed (exit {result.returncode}): {why}"
+
+
+# --- discovery (runs on the person's repository, before any agent exists) -----------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Discovered:
+    git_dir: Path
+    common_dir: Path
+    toplevel: Path
+
+    def repo(self) -> "Repo":
+        return Repo(self.git_dir, self.common_dir, self.toplevel)
+
+
+def discover(path: Path) -> Discovered:
+    """Find the repository that holds `path`; refuse what exec cannot use."""
+    if not path.is_dir():
+        raise RepoError(f"{path} is not a directory: run ccm-guard inside a git repository or pass --repo")
+    query = ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"]
+    res = run([*query, "--show-toplevel"], cwd=path, check=False)
+    if res.returncode != 0:  # no work tree, or no repository at all: ask again to tell which
+        res = run(query, cwd=path, check=False)
+    if res.returncode != 0:
+        raise NotARepository(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
+    bare, git_dir, common, *top = res.out.splitlines()
+    if bare == "true":
+        raise RepoError(
+            f"{git_dir} is a bare repository: ccm-guard needs a checkout; clone it first "
+            "(git clone BARE checkout) and run there"
+        )
+    common_path = Path(common)
+    if not common_path.is_absolute():
+        common_path = Path(path, common_path)
+    if not top:
+        raise RepoError(f"{path} is inside a git directory, not a work tree: cd into the checkout")
+    return Discovered(
+        git_dir=Path(os.path.realpath(git_dir)),
+        common_dir=Path(os.path.realpath(common_path)),
+        toplevel=Path(os.path.realpath(top[0])),
+    )

@@ -1,0 +1,205 @@
+"""History: the commits of a range and what each changed, ancestry, merging in the
+object store only, and making commits (from a tree, or from a whole work tree)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ccm_guard.errors import GitError
+from ccm_guard.git.core import Repo, describe_failure, run
+
+
+def commit_message(repo: Repo, commit: str) -> str:
+    return run(["log", "-1", "--format=%B", commit, "--"], repo).out
+
+
+def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:
+    res = run(["merge-base", "--is-ancestor", ancestor, descendant], repo, check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    return res.returncode == 0
+
+
+def merge_base(repo: Repo, a: str, b: str) -> str:
+    return run(["merge-base", a, b], repo).out.strip()
+
+
+def count_commits(repo: Repo, base: str, head: str) -> int:
+    return int(run(["rev-list", "--count", f"{base}..{head}"], repo).out.strip() or 0)
+
+
+def has_any_commit(repo: Repo) -> bool:
+    return bool(run(["rev-list", "-n1", "--all"], repo).out.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeResult:
+    tree: str | None  # None when the merge conflicts
+    conflicts: dict[str, str]  # path -> git's CONFLICT message
+
+
+def merge_tree(repo: Repo, ours: str, theirs: str) -> MergeResult:
+    """Merge two commits in the object store only (no index, no work tree touched)."""
+    res = run(["merge-tree", "--write-tree", "-z", "--name-only", ours, theirs], repo, check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    head, _, messages = res.out.partition("\0\0")
+    tree, *names = head.split("\0")
+    # Messages: <count> NUL <count paths> NUL <type> NUL <text> NUL, repeated.
+    conflicts = {name.rstrip("\0"): "conflict" for name in names if name}
+    fields = messages.split("\0")
+    i = 0
+    while i < len(fields) and fields[i].isdigit():
+        count = int(fields[i])
+        paths, kind, text = fields[i + 1:i + 1 + count], fields[i + 1 + count], fields[i + 2 + count]
+        if kind.startswith("CONFLICT"):
+            for path in paths:
+                conflicts[path] = text.strip()
+        i += count + 3
+    return MergeResult(tree if res.returncode == 0 else None, conflicts)
+
+
+def commit_tree(repo: Repo, tree: str, parents: Sequence[str], message: str, identity: Mapping[str, str]) -> str:
+    args = ["commit-tree", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    return run([*args, "-F", "-"], repo, env=identity, input=message.encode()).out.strip()
+
+
+def archive_commit(repo: Repo, parent: str, message: str, identity: Mapping[str, str]) -> str:
+    """A commit holding everything in the work tree (tracked and untracked, not ignored).
+
+    Built in a private copy of the index, so neither the task's index nor its branch
+    moves; the copy keeps git's stat cache, so only changed files are hashed again.
+    """
+    with tempfile.TemporaryDirectory(prefix="ccm-guard-archive-") as tmp:
+        index = Path(tmp, "index")
+        env = {"GIT_INDEX_FILE": str(index), **identity}
+        try:
+            shutil.copyfile(repo.git_dir / "index", index)
+            run(["add", "--all", "--", "."], repo, env=env)
+        except (OSError, GitError):
+            # No usable index (the agent may have removed or corrupted it): start from the commit.
+            index.unlink(missing_ok=True)
+            run(["read-tree", parent], repo, env=env)
+            run(["add", "--all", "--", "."], repo, env=env)
+        tree = run(["write-tree"], repo, env=env).out.strip()
+        return run(["commit-tree", tree, "-p", parent, "-F", "-"], repo, env=env, input=message.encode()).out.strip()
+
+
+def diff_text(repo: Repo, base: str, head: str) -> str:
+    return run(["diff", "--no-ext-diff", "--no-textconv", "--stat", "--patch", base, head, "--"], repo).out
+
+
+# What a range of two commit ids holds never changes: one process asks once (a run's
+# gates, verdict and snapshots all want the same range).
+_RANGES: dict[tuple[str, str, str, str], list[Any]] = {}
+
+
+def _range_once(repo: Repo, kind: str, base: str, head: str, compute: Callable[[], list[Any]]) -> list[Any]:
+    if not (_is_oid(base) and _is_oid(head)):
+        return compute()
+    key = (str(repo.common_dir), kind, base, head)
+    if key not in _RANGES:
+        _RANGES[key] = compute()
+    return list(_RANGES[key])
+
+
+def _is_oid(text: str) -> bool:
+    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
+
+
+def commits(repo: Repo, base: str, head: str) -> list[tuple[str, str]]:
+    """(sha, subject) of each commit in base..head, oldest first."""
+    def compute() -> list[Any]:
+        out = run(["log", "--reverse", "--no-decorate", "-z", "--format=%H %s", f"{base}..{head}", "--"], repo).z()
+        return [(record[:record.index(" ")], record[record.index(" ") + 1:]) for record in out]
+
+    return _range_once(repo, "commits", base, head, compute)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    path: str
+    added: int | None  # None for binary files
+    deleted: int | None
+
+
+def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
+    def compute() -> list[Any]:
+        out = run(["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],
+                  repo).z()
+        stats = []
+        for record in out:
+            added, deleted, path = record.split("\t", 2)
+            stats.append(FileStat(path, None if added == "-" else int(added), None if deleted == "-" else int(deleted)))
+        return stats
+
+    return _range_once(repo, "numstat", base, head, compute)
+
+
+@dataclasses.dataclass(frozen=True)
+class RawChange:
+    """One path changed, as `git diff --raw` reports it (renames split into delete + add)."""
+
+    path: str
+    status: str  # A, M, D, T
+    old_mode: str
+    new_mode: str
+    old_blob: str
+    new_blob: str
+    where: str  # the commit that made the change, or "staged"
+
+
+def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
+    changes = []
+    it = iter(tokens)
+    for token in it:
+        token = token.lstrip("\n")
+        if token.startswith("commit "):
+            where = token[len("commit "):]
+        elif token.startswith(":"):
+            old_mode, new_mode, old_blob, new_blob, status = token[1:].split(" ")
+            changes.append(RawChange(next(it), status[0], old_mode, new_mode, old_blob, new_blob, where))
+    return changes
+
+
+def commit_changes(repo: Repo, base: str, head: str) -> list[RawChange]:
+    """Every path each commit in base..head changed against its first parent, oldest first.
+
+    Per commit, not base..head as a whole: a forbidden file changed and changed back,
+    or a change brought in by a merge, is still seen.
+    """
+    out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=first-parent",
+               "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
+    return _parse_raw(out.split("\0"), "")
+
+
+def staged_changes(repo: Repo) -> list[RawChange]:
+    out = run(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff"], repo).out
+    return _parse_raw(out.split("\0"), "staged")
+
+
+def numstat_trees(old: Path, new: Path) -> dict[str, tuple[int | None, int | None]]:
+    """Lines added and deleted per file from directory `old` to directory `new`, outside any
+    repository (`git diff --no-index`), keyed by the path relative to them; (None, None)
+    for a binary file. git's diff, not Python's: difflib takes minutes on some inputs an
+    agent can write.
+    """
+    res = run(["diff", "--no-index", "--no-renames", "--numstat", "-z", "--no-ext-diff", "--no-textconv",
+               "--", str(old), str(new)], check=False)
+    if res.returncode not in (0, 1):
+        raise GitError(describe_failure(res))
+    tokens = res.out.split("\0")
+    found: dict[str, tuple[int | None, int | None]] = {}
+    for i in range(0, len(tokens) - 2, 3):  # "ADDED\tDELETED\t", the old path, the new path
+        added, deleted, _ = tokens[i].split("\t", 2)
+        gone = tokens[i + 2] == os.devnull
+        rel = os.path.relpath(tokens[i + 1] if gone else tokens[i + 2], old if gone else new)
+        found[rel] = (None, None) if added == "-" else (int(added), int(deleted))
+    return found

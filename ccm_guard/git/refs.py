@@ -1,0 +1,111 @@
+"""Refs: resolving names to commits, checking ref names, moving and deleting refs
+(compare-and-swap where another process may race), listing them, and fetching or
+pushing one ref to a remote."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ccm_guard.errors import GitError
+from ccm_guard.git.core import Repo, describe_failure, run
+
+
+def resolve_commit(repo: Repo, rev: str) -> str | None:
+    res = run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+def symbolic_head(repo: Repo) -> str | None:
+    res = run(["symbolic-ref", "--quiet", "HEAD"], repo, check=False)
+    return res.out.strip() if res.returncode == 0 else None
+
+
+def ref_exists(repo: Repo, ref: str) -> bool:
+    return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
+
+
+def check_branch_name(name: str) -> bool:
+    return run(["check-ref-format", "--branch", name], check=False).returncode == 0
+
+
+def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, message: str = "ccm-guard") -> None:
+    args = ["update-ref", "-m", message, ref, new]
+    if old is not None:
+        args.append(old)
+    run(args, repo)
+
+
+def delete_ref(repo: Repo, ref: str, old: str) -> None:
+    """Delete `ref` only if it still points at `old` (compare-and-swap)."""
+    run(["update-ref", "-d", ref, old], repo)
+
+
+def drop_ref(repo: Repo, ref: str) -> None:
+    """Delete a private ref whatever it points at (a missing one is fine)."""
+    run(["update-ref", "-d", ref], repo)
+
+
+def try_update_ref(repo: Repo, ref: str, new: str, old: str, message: str) -> bool:
+    """Compare-and-swap: move `ref` from `old` to `new`; False if it was not at `old`."""
+    res = run(["update-ref", "-m", message, ref, new, old], repo, check=False)
+    if res.returncode == 0:
+        return True
+    if resolve_commit(repo, ref) != old:
+        return False  # somebody else moved it first: the caller recomputes and retries
+    raise GitError(describe_failure(res))
+
+
+def refs_under(repo: Repo, prefix: str) -> dict[str, str]:
+    out = run(["for-each-ref", "--format=%(refname) %(objectname)", prefix], repo).out
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+# --- gc: which refs keep a piece of work -----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RefTree:
+    ref: str
+    commit: str
+    tree: str  # the tree of the commit the ref points at (an annotated tag is peeled)
+
+
+def ref_trees(repo: Repo, contains: str | None = None) -> list[RefTree]:
+    """Every ref (only those whose history holds `contains`, when given) with its tree."""
+    fmt = "--format=%(refname)%00%(objectname)%00%(tree)%00%(*objectname)%00%(*tree)"
+    args = ["for-each-ref", fmt] + ([f"--contains={contains}"] if contains else [])
+    found = []
+    for line in run(args, repo).out.splitlines():
+        ref, commit, tree, peeled, peeled_tree = line.split("\0")
+        if tree or peeled_tree:  # refs to blobs or trees keep no commit
+            found.append(RefTree(ref, peeled or commit, tree or peeled_tree))
+    return found
+
+
+# --- one ref to or from a remote ---------------------------------------------------------------
+
+
+def fetch_ref(repo: Repo, url: str, branch: str, into: str) -> str | None:
+    """Fetch `branch` of `url` into the private ref `into`; None when the remote lacks it."""
+    res = run(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", url, f"+refs/heads/{branch}:{into}"],
+              repo, check=False)
+    if res.returncode != 0:
+        if b"couldn't find remote ref" in res.stderr:
+            return None
+        raise GitError(describe_failure(res))
+    return resolve_commit(repo, into)
+
+
+def push_ref(repo: Repo, url: str, commit: str, branch: str) -> str | None:
+    """Push without force; the rejection message when the remote moved, None on success."""
+    res = run(["push", "--porcelain", url, f"{commit}:refs/heads/{branch}"], repo, check=False)
+    if res.returncode == 0:
+        return None
+    text = (res.stdout + res.stderr).decode("utf-8", "replace")
+    # A lost race shows as a rejection, or (two pushes at the same moment) as the remote
+    # failing to lock or update the ref it was about to move.
+    races = ("fetch first", "non-fast-forward", "[rejected]", "stale info", "cannot lock ref",
+             "failed to update ref", "incorrect old value")
+    if any(sign in text for sign in races):
+        return text.strip().splitlines()[-1] if text.strip() else "rejected"
+    raise GitError(describe_failure(res))

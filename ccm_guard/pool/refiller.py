@@ -1,0 +1,101 @@
+"""The refiller, which keeps the pool at its size, and how the pool starts the processes
+that work on after ccm-guard has exited (the refiller, and the finisher of returns).
+
+Those processes run `ccm_guard.pool.<call>(argv)` by name (`detached`): whatever they
+call stays reachable as `ccm_guard.pool.<call>` (the package re-exports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+import ccm_guard.pool.admin as pool_admin
+from ccm_guard import git
+from ccm_guard.errors import GitError, GuardError
+from ccm_guard.pool.records import RepoConfig, config_of, open_registry
+from ccm_guard.state.registry import Registry
+
+
+def detached(call: str, *args: str, orphan: bool = False) -> int | None:
+    """Run `pool.<call>(args)` in a process of its own session, which outlives this one.
+    Returns its pid, or None when it could not be started (or, `orphan`, is not ours to
+    know: it is started through a shell that exits at once, so that it is not among this
+    process's descendants, which the processes gate stops after a run)."""
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.path.insert(0, sys.argv[1]); from ccm_guard import pool; pool.{call}(sys.argv[2:])"
+    argv = [sys.executable, "-c", code, str(Path(__file__).resolve().parents[2]), *args]
+    try:
+        child = subprocess.Popen(["/bin/sh", "-c", '"$@" &', "sh", *argv] if orphan else argv,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True, close_fds=True, cwd="/")
+        if orphan:
+            child.wait()
+            return None
+        return child.pid
+    except OSError:
+        return None
+
+
+def refill_soon(registry: Registry, repo: Path) -> None:
+    """The pool keeps its size: what it lacks is made by a detached process, which first
+    lets the task's own start-up have the machine."""
+    config = config_of(registry, repo)
+    if config is not None and config.refill and pool_admin.missing(registry, config):
+        detached("refill", str(repo), orphan=True)
+
+
+REFILL_DELAY = 1.0  # seconds: the agent starts first
+
+
+def refill(args: list[str]) -> None:
+    """The detached refiller: `refill_now`, niced, after the agent has had its start."""
+    import time
+
+    time.sleep(REFILL_DELAY)
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    refill_now(Path(args[0]))
+
+
+def refill_now(repo: Path, registry: Registry | None = None) -> None:
+    """Make as many entries as the pool lacks, at a recent base, if the disk has room to
+    spare beside the running task (one refiller per repository at a time)."""
+    registry = open_registry(registry)
+    with pool_admin.sizing(repo):
+        config = config_of(registry, repo)
+        base = recent_base(config) if config else None
+        if config is None or base is None:
+            return
+        count = pool_admin.missing(registry, config)
+        # A detached process: nobody to tell, and the next take tries again.
+        with contextlib.suppress(GuardError, OSError, sqlite3.Error):
+            if count:
+                _require_room(config, base, count)
+                pool_admin.make(registry, config, base, count)
+            pool_admin.trim(registry, config)  # a worktree given back meanwhile
+
+
+def _require_room(config: RepoConfig, base: str, count: int) -> None:
+    """Room for `count` more checkouts of `base`, plus 512 MB for the task that runs
+    meanwhile, plus a margin of 5% of the file system (64 MB at least); else RepoError."""
+    from ccm_guard.git.layout import host_repo
+    from ccm_guard.state.home import require_space
+
+    files, total = git.tree_size(host_repo(Path(config.repo)), base)
+    require_space(pool_admin.pool_home(config), files * count, total * count + 512 * 2**20, "to refill the pool",
+                  share=0.05)
+
+
+def recent_base(config: RepoConfig) -> str | None:
+    """The commit new and returned entries are checked out at: the pool's rev, resolved
+    in the main checkout now (None when it does not resolve)."""
+    main = git.Repo(Path(config.main_git_dir), Path(config.repo), Path(config.main_worktree))
+    try:
+        return git.resolve_commit(main, config.rev)
+    except GitError:
+        return None
