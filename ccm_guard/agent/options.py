@@ -23,9 +23,10 @@ class ExecOptions:
     keep_env: tuple[str, ...] = ()
     terminal: bool | None = None  # None: a pseudo-terminal when ccm-guard runs on one
     json_stdout: bool = False  # stdout carries the verdict: the agent's stdout goes to stderr
-    sandbox: str = "none"  # "landlock", "auto" (Landlock where the kernel has it) or "none"
+    sandbox: str = "auto"  # Landlock where the kernel has it; "landlock" (required) or "none"
     no_network: bool = False
-    agent: str | None = None  # force an agent profile (codex, claude, ...); default: by command name
+    allow_ports: tuple[int, ...] = ()  # with no_network: TCP ports the agent may still connect to
+    agent: str | None = None  # force an agent profile (codex, claude, ...); default: by the program run
     apply: bool = False  # on pass, apply the task into the branch the person has checked out
     snapshot_every: int | None = None  # a snapshot ref at every Nth commit (0: none); None: the role's
     link_dirs: bool = False  # .worktreeinclude: symlink matched directories instead of copying them

@@ -1,46 +1,174 @@
 """Agent profiles: which agent a command is, and what each one needs to work in a guarded
-worktree (the state it keeps under $HOME, how to tell it about the task's other roots)."""
+worktree (its arguments, how to tell it about the task's other roots).
+
+An agent is recognised from the program that really runs, not from the word the person
+typed: `claude`, `/opt/x/claude.exe`, `node …/@anthropic-ai/claude-code/cli.js`,
+`…/.bin/codex` (a link to codex.js) or the native `codex` binary, `python -m aider`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import tomllib
+import urllib.parse
 from pathlib import Path
+from typing import Any, Mapping
 
 PROFILES = ("codex", "claude", "gemini", "aider", "generic")
 
+# Program file names (after following links) that are the agent itself.
+_PROGRAMS = {
+    "claude": "claude", "claude.exe": "claude", "cli.js": None,  # cli.js: decided by its package
+    "codex": "codex", "codex.js": "codex", "codex.exe": "codex",
+    "gemini": "gemini", "gemini.js": "gemini",
+    "aider": "aider",
+}
+# Package directories in a script's resolved path.
+_PACKAGES = (("@anthropic-ai/claude-code", "claude"), ("@openai/codex", "codex"),
+             ("@google/gemini-cli", "gemini"), ("site-packages/aider", "aider"))
+_INTERPRETER = re.compile(r"(node|nodejs|bun|deno|python(\d+(\.\d+)?)?|pypy3?)$")
+# Interpreter options that take a value, so the script is the word after it.
+_INTERPRETER_VALUE_OPTIONS = {"-r", "--require", "--import", "--loader", "-W", "-X", "--max-old-space-size"}
 
-# State a known agent keeps under $HOME, which it must be able to write inside the sandbox.
-_PROFILE_HOME = {"claude": (".claude", ".claude.json"), "gemini": (".gemini",), "aider": ()}
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """Which agent a command runs, and where the agent's own arguments start in it."""
+
+    profile: str
+    head: int  # command[:head] is the launcher: the program, or an interpreter and its script
 
 
-def profile_of(command: list[str], forced: str | None) -> str:
+def launch_of(command: list[str], forced: str | None = None) -> Launch:
+    found = _detect(command)
     if forced:
-        return forced
-    name = Path(command[0]).name
-    return name if name in PROFILES else "generic"
+        return Launch(forced, found.head)
+    return found
 
 
-def home_state(profile: str) -> list[Path]:
-    home = Path(os.path.expanduser("~"))
-    return [home / name for name in _PROFILE_HOME.get(profile, ()) if (home / name).exists()]
+def profile_of(command: list[str], forced: str | None = None) -> str:
+    return launch_of(command, forced).profile
 
 
-def with_add_dirs(command: list[str], task_roots: list[Path]) -> list[str]:
+def _detect(command: list[str]) -> Launch:
+    program = command[0]
+    name = _by_path(program)
+    if name:
+        return Launch(name, 1)
+    if _INTERPRETER.match(Path(program).name):
+        args = command[1:]
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "-m" and i + 1 < len(args):  # python -m aider
+                module = args[i + 1].split(".")[0]
+                return Launch(module if module in PROFILES else "generic", i + 3)
+            if arg in _INTERPRETER_VALUE_OPTIONS:
+                i += 2
+                continue
+            if arg.startswith("-"):
+                i += 1
+                continue
+            return Launch(_by_path(arg) or "generic", i + 2)  # the script
+    return Launch("generic", 1)
+
+
+def _by_path(program: str) -> str | None:
+    """The agent a program file is, by its name as typed, its real name, or its package."""
+    candidates = [program]
+    try:
+        candidates.append(os.path.realpath(program))
+    except OSError:
+        pass
+    for path in candidates:
+        base = Path(path).name
+        known = _PROGRAMS.get(base)
+        if known is None and base.startswith("codex-"):
+            known = "codex"  # the native binaries: codex-x86_64-unknown-linux-musl, ...
+        if known:
+            return known
+        for package, profile in _PACKAGES:
+            if f"/{package}/" in path:
+                return profile
+    return None
+
+
+def with_add_dirs(command: list[str], head: int, task_roots: list[Path]) -> list[str]:
     """Codex's own workspace-write sandbox knows nothing of linked worktrees: a commit
-    needs the git metadata outside its cwd (docs/design-notes.md, the sandbox-blocked
-    commit). Tell it the roots a commit needs besides the worktree."""
+    needs the git metadata outside its cwd (docs/design-notes.md#agents-with-a-sandbox-of-their-own).
+    Tell it the roots a commit needs besides the worktree."""
     extra = [arg for root in task_roots[1:] for arg in ("--add-dir", str(root))]
-    at = 2 if len(command) > 1 and command[1] == "exec" else 1
+    at = head + 1 if len(command) > head and command[head] == "exec" else head
     return [*command[:at], *extra, *command[at:]]
 
 
-def codex_workspace_write(command: list[str]) -> bool:
-    args = command[1:]
-    if "--full-auto" in args:
-        return True
-    for i, arg in enumerate(args):
-        if arg in ("-s", "--sandbox") and i + 1 < len(args) and args[i + 1] == "workspace-write":
-            return True
-        if arg == "--sandbox=workspace-write":
-            return True
-    return False
+def codex_workspace_write(args: list[str], codex_home: Path | None) -> bool:
+    """Whether codex will run its own workspace-write sandbox, however it was chosen: -s /
+    --sandbox, -c sandbox_mode=..., a --profile, or config.toml in its home."""
+    mode: str | None = None
+    profile: str | None = None
+    i = 0
+    while i < len(args):
+        arg, value = args[i], args[i + 1] if i + 1 < len(args) else None
+        if arg == "--":
+            break
+        if arg in ("-s", "--sandbox", "-c", "--config", "-p", "--profile") and value is not None:
+            i += 1
+        elif "=" in arg and arg.split("=", 1)[0] in ("--sandbox", "--config", "--profile"):
+            arg, value = arg.split("=", 1)
+        if arg in ("-s", "--sandbox"):
+            mode = value
+        elif arg in ("-c", "--config") and value and value.split("=", 1)[0].strip() == "sandbox_mode":
+            mode = value.split("=", 1)[1].strip().strip("\"'") if "=" in value else None
+        elif arg in ("-p", "--profile"):
+            profile = value
+        elif arg == "--full-auto":  # codex before 0.1xx: workspace-write, on request
+            mode = "workspace-write"
+        elif arg == "--dangerously-bypass-approvals-and-sandbox":
+            mode = "danger-full-access"
+        i += 1
+    if mode is None and codex_home is not None:
+        config = _toml(codex_home / "config.toml")
+        profiles = config.get("profiles")
+        chosen = profile or config.get("profile")
+        if isinstance(profiles, dict) and isinstance(chosen, str) and isinstance(profiles.get(chosen), dict):
+            mode = profiles[chosen].get("sandbox_mode")
+        if mode is None:
+            mode = config.get("sandbox_mode")
+    return mode == "workspace-write"
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+# Where each agent's model lives by default (HTTPS), and the variables that move it.
+_MODEL_URLS = {
+    "claude": ("ANTHROPIC_BASE_URL",),
+    "codex": ("OPENAI_BASE_URL",),
+    "aider": ("OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "OLLAMA_API_BASE"),
+    "gemini": ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_BASE_URL"),
+}
+
+
+def model_ports(profile: str, environ: Mapping[str, str]) -> tuple[int, ...]:
+    """The TCP ports a known agent needs to reach its model: 443, and the port of any base
+    URL its variables name. A generic command gets none: only --allow-port opens one."""
+    if profile not in _MODEL_URLS:
+        return ()
+    ports = {443}
+    for name in _MODEL_URLS[profile]:
+        url = environ.get(name)
+        if url:
+            try:
+                parsed = urllib.parse.urlsplit(url)
+                ports.add(parsed.port or (80 if parsed.scheme == "http" else 443))
+            except ValueError:
+                continue
+    return tuple(sorted(ports))

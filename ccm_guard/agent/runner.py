@@ -37,6 +37,14 @@ SCRUB = (
     "PRE_COMMIT_ALLOW_NO_CONFIG",
 )
 SCRUB_PREFIXES = ("GIT_", "CCM_GUARD_")
+# The GIT_* variables that say who commits and which config file is the person's: they
+# reach the agent (CI, containers and Nix set identity this way). The others point git at
+# another repository, index, object store, program or injected config, and are scrubbed.
+GIT_KEPT = frozenset({
+    "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE",
+    "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM",
+})
 
 
 def agent_environment(
@@ -44,7 +52,7 @@ def agent_environment(
 ) -> dict[str, str]:
     env = {
         k: v for k, v in base.items()
-        if k in keep or (k not in SCRUB and not k.startswith(SCRUB_PREFIXES))
+        if k in keep or k in GIT_KEPT or (k not in SCRUB and not k.startswith(SCRUB_PREFIXES))
     }
     env.update(task_vars)
     return env

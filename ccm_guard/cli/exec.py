@@ -48,7 +48,7 @@ from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
 def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, role: str | None,
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
              keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
-             agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
+             allow_ports: tuple[int, ...], agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
              snapshot_every: int | None = None, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = ()) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
@@ -60,14 +60,20 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
 
     A relative program path is taken from where you run ccm-guard. The agent runs with
     its cwd in the worktree, in its own session, with SSH agent, tmux, D-Bus, Docker and
-    GIT_* variables removed from its environment (--pass-env keeps one).
+    the GIT_* variables that point git elsewhere removed from its environment (who
+    commits - GIT_AUTHOR_*, GIT_COMMITTER_*, GIT_CONFIG_GLOBAL - stays; --pass-env keeps
+    another).
 
-    The agent's PATH starts with ccm-guard's git shim, and its worktree has guard hooks;
-    with --sandbox landlock it can write only its worktree, its git metadata and a
-    private temp dir. A commit the sandbox blocked is recovered on the host.
+    By default the agent is sandboxed (Landlock, where the kernel has it): it can write
+    only its worktree, its git metadata, and a private home and temp dir. A known agent
+    (claude, codex, gemini, aider) gets its own home seeded from yours (credentials,
+    settings, your trust of this repository); nothing it writes there reaches yours.
+    Its PATH starts with ccm-guard's git shim, and its worktree has guard hooks. A commit
+    the sandbox blocked is recovered on the host.
 
     The gates (by --role): processes, git-metadata, refs-untouched, main-checkout,
-    new-commit (or head-frozen for read-only roles), path-policy, limits, clean-tree.
+    new-commit (or head-frozen for read-only roles), path-policy, limits, clean-tree,
+    and agent-home (hooks, MCP servers or permissions the agent added to its home).
     On pass the worktree and branch are kept for review; nothing is ever removed
     before it is archived.
     """
@@ -82,7 +88,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         require_commit=require_commit,
         on_fail=on_fail, cleanup=cleanup, keep_env=keep_env, json_stdout=as_json,
         terminal=False if as_json and terminal is None else terminal,
-        sandbox=sandbox_mode, no_network=no_network, agent=agent, apply=apply_on_pass,
+        sandbox=sandbox_mode, no_network=no_network, allow_ports=allow_ports, agent=agent, apply=apply_on_pass,
         snapshot_every=snapshot_every, link_dirs=link_dirs, pool=use_pool, sparse=sparse,
     )
     verdict = execute(opts, Registry())

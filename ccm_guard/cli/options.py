@@ -49,13 +49,18 @@ _RUN_OPTIONS = [
                  help="Pass a variable the agent's environment is otherwise scrubbed of (SSH_AUTH_SOCK, GIT_*, ...)."),
     click.option("--pty/--no-pty", "terminal", default=None,
                  help="Give the agent a pseudo-terminal (default: when ccm-guard runs on a terminal)."),
-    click.option("--sandbox", "sandbox_mode", type=click.Choice(["none", "landlock", "auto"]), default="none",
-                 show_default=True, help="Run the agent under Landlock: everything read-only but the worktree, "
-                 "its git metadata and a private temp dir (auto: when the kernel has it)."),
-    click.option("--no-network", is_flag=True, help="With --sandbox: refuse TCP connect and bind (Landlock ABI 4+)."),
+    click.option("--sandbox", "sandbox_mode", type=click.Choice(["auto", "landlock", "none"]), default="auto",
+                 show_default=True, help="auto: run the agent under Landlock where the kernel has it (everything "
+                 "read-only but the worktree, its git metadata and the agent's private home and temp dir), "
+                 "unsandboxed where it does not, as the verdict says; landlock: require it; none: opt out."),
+    click.option("--no-network", is_flag=True, help="Refuse TCP connect and bind (Landlock ABI 4+), except to the "
+                 "agent's model (443, and the port of its base-URL variable) and --allow-port."),
+    click.option("--allow-port", "allow_ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
+                 help="With --no-network: a TCP port the agent may still connect to (repeatable). Landlock filters "
+                 "by port, not host."),
     click.option("--agent", type=click.Choice(["codex", "claude", "gemini", "aider", "generic"]),
-                 help="The agent profile (default: by the command's name). codex gets --add-dir for the roots a "
-                 "commit needs when its own workspace-write sandbox is on."),
+                 help="The agent profile (default: found from the program that runs, e.g. claude, codex.js, "
+                 "python -m aider). Each known agent gets a private home seeded from yours; see README."),
 ]
 
 

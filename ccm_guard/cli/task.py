@@ -237,7 +237,7 @@ def task_snapshot(task_id: str, as_json: bool) -> None:
 @_task_command("resume", run_options, click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
                epilog=EXIT_CODE_TABLE)
 def task_resume(task_id: str, timeout: float | None, grace: float, keep_env: tuple[str, ...], terminal: bool | None,
-                sandbox_mode: str, no_network: bool, agent: str | None, as_json: bool,
+                sandbox_mode: str, no_network: bool, allow_ports: tuple[int, ...], agent: str | None, as_json: bool,
                 command: tuple[str, ...]) -> None:
     """Run COMMAND again in a BLOCKED task's worktree, judged like an exec of the same task.
 
@@ -251,7 +251,7 @@ def task_resume(task_id: str, timeout: float | None, grace: float, keep_env: tup
 
     opts = ExecOptions(command=list(command), start=Path.cwd(), timeout=timeout, grace=grace, keep_env=keep_env,
                        terminal=False if as_json and terminal is None else terminal, json_stdout=as_json,
-                       sandbox=sandbox_mode, no_network=no_network, agent=agent)
+                       sandbox=sandbox_mode, no_network=no_network, allow_ports=allow_ports, agent=agent)
     verdict = resume_task(Registry(), task_id, opts)
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(int(verdict.exit_code))

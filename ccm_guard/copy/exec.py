@@ -36,6 +36,7 @@ from ccm_guard.copy.tree import (
     walk,
     write_manifest,
 )
+from ccm_guard.detect import agent_home
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import GuardError, RepoError, UsageError
 from ccm_guard.prevent import arm as prevention
@@ -64,25 +65,28 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     options = {"strategy": STRATEGY, "source": str(plan.source), **checks.to_json()}
     task, base, copied = create_copy(plan, registry, opts.command, options)
     private = plan.log_dir / "agent"
-    profile = profiles.profile_of(command, opts.agent)
     try:
         (private / "tmp").mkdir(parents=True, exist_ok=True)
+        who = prevention.prepare_agent(command, opts.agent, private, main=plan.source, worktree=plan.copy)
         # As the git strategy does with its worktree, with the copy as the task's one root.
-        confine, described, _ = prevention.landlock(opts.sandbox, opts.no_network, lambda: [plan.copy], private,
-                                                    profile)
+        confine, described, _ = prevention.landlock(
+            opts.sandbox, opts.no_network, lambda: [plan.copy], private,
+            ports=(*opts.allow_ports, *profiles.model_ports(who.profile, os.environ)))
     except BaseException:
         _abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
     marker = f"{task.id}:{secrets.token_hex(8)}"
-    env = _agent_env(opts, task.id, plan.copy, private, marker)
+    env = {**_agent_env(opts, task.id, plan.copy, private, marker), **who.env}
     registry.move(task.id, "ACTIVE")
     processes.become_subreaper()
     since = processes.now_ticks()
-    agent = runner.run(command, plan.copy, env, plan.log_dir, opts.timeout, opts.grace, opts.terminal,
+    agent = runner.run(who.command, plan.copy, env, plan.log_dir, opts.timeout, opts.grace, opts.terminal,
                        echo_stdout_to_stderr=opts.json_stdout, confine=confine)
     leftovers = tuple(p.describe() for p in processes.stop(f"CCM_GUARD_RUN={marker}", plan.copy, since))
     verdict = judge_copy(task, base, checks, leftovers, sandboxed=confine is not None)
-    verdict.agent, verdict.sandbox, verdict.profile = agent, described, profile
+    verdict.agent, verdict.sandbox, verdict.profile = agent, described, who.profile
+    if who.home is not None:
+        verdict.gates.append(agent_home.gate(who.home_before, who.home.read_watched()))
     verdict.notes.insert(1, copied)
     dispose_copy(verdict, opts, task, registry)
     return verdict

@@ -101,3 +101,28 @@ def _admin_dir_of(lock: Path, common: Path) -> Path | None:
     if not lock.is_relative_to(worktrees) or lock.parent == worktrees:
         return None
     return worktrees / lock.relative_to(worktrees).parts[0]
+
+
+def find_in_shim_records(records: list[dict[str, object]], git_dirs: list[Path]) -> Signature | None:
+    """The same finding, from the git shim's own record of a failed write (CCM_GUARD_GITLOG).
+
+    An agent's CLI may keep git's stderr to itself (codex exec does), but the shim ran
+    that git, saw it fail, and found the task's git metadata not writable: a record
+    {"event": "git-failed", "status": N, "argv": [...], "denied": PATH, "reason": TEXT}.
+    The agent can write that file too, so it is held to the same rules as a line of
+    output: a denied path inside this task's git dirs, one of the three reasons.
+    """
+    dirs = [Path(os.path.realpath(d)) for d in git_dirs]
+    for record in records:
+        denied, why, argv = record.get("denied"), record.get("reason"), record.get("argv")
+        if record.get("event") != "git-failed" or not isinstance(denied, str) or not isinstance(why, str):
+            continue
+        reason = next((r for r in REASONS if r in why), None)
+        if reason is None or not denied.startswith("/"):
+            continue
+        path = _real_lock(denied)
+        if _belongs(path, dirs):
+            words = " ".join(str(a) for a in argv) if isinstance(argv, list) else "?"
+            line = f"git {words} failed (exit {record.get('status')}): {path} is not writable: {reason}"
+            return Signature(line[:500], path, reason)
+    return None

@@ -48,6 +48,28 @@ def remote_url(repo: Repo, name: str) -> str | None:
     return res.out.strip() or None
 
 
+IDENTITY_VARIABLES = ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
+
+
+def person_identity(directory: Path) -> dict[str, str]:
+    """Who commits in `directory` as the person's git sees it: user.name and user.email from
+    their config (includeIf conditions evaluated there), as the GIT_AUTHOR_*/GIT_COMMITTER_*
+    variables; those already in the environment win. Empty when nothing says who."""
+    found = {}
+    for key in ("name", "email"):
+        res = run(["config", "--get", f"user.{key}"], cwd=directory, check=False, person_config=True)
+        if res.returncode == 0 and res.out.strip():
+            found[key] = res.out.strip()
+    identity = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        for key in ("name", "email"):
+            name = f"GIT_{role}_{key.upper()}"
+            value = os.environ.get(name) or found.get(key)
+            if value:
+                identity[name] = value
+    return identity
+
+
 def global_config_files() -> list[Path]:
     """Where git looks for the user's global config, lowest precedence first (what
     GIT_CONFIG_GLOBAL would put in their place is the caller's to decide)."""

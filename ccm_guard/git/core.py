@@ -137,11 +137,14 @@ def run(
     check: bool = True,
     env: Mapping[str, str] | None = None,
     literal: bool = True,
+    person_config: bool = False,
 ) -> Result:
     """Run one hardened git command; raise GitError with the whole story on failure.
 
     Pathspecs are literal (a file the agent named `:(glob)*` is just that file), except
-    where a command refuses pathspec magic altogether (`literal=False`).
+    where a command refuses pathspec magic altogether (`literal=False`). `person_config`
+    reads the person's own global and system config (their identity), which every other
+    call ignores; reading config runs nothing.
     """
     if repo is not None and repo.untrusted:
         raise UntrustedRepoError(
@@ -158,7 +161,7 @@ def run(
             input=input,
             stdin=None if input is not None else subprocess.DEVNULL,
             capture_output=True,
-            env=environment(repo, env),
+            env=_with_person_config(environment(repo, env)) if person_config else environment(repo, env),
             check=False,
         )
     except OSError as exc:
@@ -167,6 +170,15 @@ def run(
     if check and proc.returncode != 0:
         raise GitError(describe_failure(result))
     return result
+
+
+def _with_person_config(env: dict[str, str]) -> dict[str, str]:
+    for name in ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+        else:
+            env.pop(name, None)
+    return env
 
 
 def describe_failure(result: Result) -> str:

@@ -15,13 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import git
-from ccm_guard.agent.profiles import (
-    PROFILES,
-    codex_workspace_write,
-    home_state,
-    profile_of,
-    with_add_dirs,
-)
+from ccm_guard.git import config as configfile
+from ccm_guard.agent import homes
+from ccm_guard.agent.profiles import PROFILES, Launch, codex_workspace_write, launch_of, model_ports, with_add_dirs
 from ccm_guard.errors import UsageError
 from ccm_guard.policy import Role
 from ccm_guard.prevent import hooks as install
@@ -31,7 +27,22 @@ from ccm_guard.state.home import admin_lock
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Task
 
-SANDBOXES = ("none", "landlock", "auto")
+SANDBOXES = ("auto", "landlock", "none")
+
+
+@dataclasses.dataclass
+class Agent:
+    """Which agent runs, with what its profile adds, and its task-private home."""
+
+    launch: Launch
+    command: list[str]
+    home: homes.Home | None
+    env: dict[str, str]
+    home_before: dict[str, bytes]  # the home's watched files after seeding, for agent-home
+
+    @property
+    def profile(self) -> str:
+        return self.launch.profile
 
 
 @dataclasses.dataclass
@@ -39,10 +50,16 @@ class Armed:
     command: list[str]  # the agent's command, with what its profile adds
     env: dict[str, str]
     confine: Callable[[], None] | None  # the Landlock ruleset's enforce, run in the child
-    sandbox: str  # what ran: "none", "landlock ABI 7", ...
-    profile: str
+    sandbox: str  # what ran: "landlock ABI 7", "none (...)", ...
+    agent: Agent
     refusal_log: Path
+    git_log: Path  # the shim's record of git writes that failed on unwritable metadata
     writable: list[Path]  # what the agent may write under the sandbox
+    notes: tuple[str, ...] = ()  # for the verdict (no git identity, ...)
+
+    @property
+    def profile(self) -> str:
+        return self.agent.profile
 
 
 def check_options(sandbox_mode: str, no_network: bool, agent: str | None) -> None:
@@ -50,40 +67,94 @@ def check_options(sandbox_mode: str, no_network: bool, agent: str | None) -> Non
     if sandbox_mode not in SANDBOXES:
         raise UsageError(f"unknown sandbox {sandbox_mode!r}: choose one of {', '.join(SANDBOXES)}")
     if no_network and sandbox_mode == "none":
-        raise UsageError("--no-network needs the sandbox: add --sandbox landlock (or auto)")
-    if sandbox_mode == "landlock" and sandbox.abi() == 0:
-        raise UsageError("Landlock is not available on this kernel: run with --sandbox auto or none")
+        raise UsageError("--no-network needs the sandbox: drop --sandbox none")
+    if (sandbox_mode == "landlock" or no_network) and sandbox.abi() == 0:
+        raise UsageError(f"{'--no-network' if no_network else '--sandbox landlock'} needs Landlock, which this "
+                         "kernel does not have: drop it (the default, --sandbox auto, runs unsandboxed here)")
     if no_network and 0 < sandbox.abi() < 4:
         raise UsageError(f"--no-network needs Landlock ABI 4 or newer; this kernel has {sandbox.abi()}")
     if agent is not None and agent not in PROFILES:
         raise UsageError(f"unknown agent profile {agent!r}: choose one of {', '.join(PROFILES)}")
 
 
+def prepare_agent(command: list[str], forced: str | None, private: Path, *, main: Path, worktree: Path) -> Agent:
+    """The agent's profile and its private home (agent.homes), for either strategy."""
+    launch = launch_of(command, forced)
+    home = homes.prepare(launch.profile, private, main=main, worktree=worktree, environ=os.environ)
+    env = dict(home.env) if home else {}
+    return Agent(launch=launch, command=_with_profile_arguments(launch, command, private), home=home, env=env,
+                 home_before=home.read_watched() if home else {})
+
+
+def _with_profile_arguments(launch: Launch, command: list[str], private: Path) -> list[str]:
+    """aider: commit with the hooks, leave .gitignore alone, and keep its history files out
+    of the worktree (clean-tree would fail on them). An option the person gave wins."""
+    if launch.profile != "aider":
+        return command
+    given = set(arg.split("=", 1)[0] for arg in command[launch.head:])
+    wanted = [("--git-commit-verify", None), ("--no-gitignore", None),
+              ("--input-history-file", private / "aider.input.history"),
+              ("--chat-history-file", private / "aider.chat.history.md")]
+    negations = {"--git-commit-verify": "--no-git-commit-verify", "--no-gitignore": "--gitignore"}
+    extra: list[str] = []
+    for option, value in wanted:
+        if option in given or negations.get(option) in given:
+            continue
+        extra += [option] if value is None else [option, str(value)]
+    return [*command[:launch.head], *extra, *command[launch.head:]]
+
+
 def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode: str, no_network: bool,
-        agent: str | None, rules: dict[str, Any] | None = None) -> Armed:
+        agent: str | None, allow_ports: tuple[int, ...] = (), rules: dict[str, Any] | None = None) -> Armed:
     """`rules`: the role's path rules compiled ahead, for the pre-commit hook."""
     log_dir = Path(task.log_dir)
-    private = log_dir / "agent"  # the agent's own writable corner: temp files, the refusal log
+    private = log_dir / "agent"  # the agent's own writable corner: temp files, its home, the refusal log
     (private / "tmp").mkdir(parents=True, exist_ok=True)
     refusal_log = private / "refusals.jsonl"
+    git_log = private / "git-failures.jsonl"
     shim_dir = _install_shim(log_dir / "bin")
     with admin_lock(pins.common_dir):
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
                                  base=task.base, check_paths=role.allow is not None or bool(role.forbid),
                                  rules=rules)
-    profile = profile_of(command, agent)
+    who = prepare_agent(command, agent, private, main=Path(task.main_worktree), worktree=pins.worktree)
     env = {
         "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
         "CCM_GUARD_REAL_GIT": git.binary(), "CCM_GUARD_BRANCH": task.branch, "CCM_GUARD_LOG": str(refusal_log),
         "CCM_GUARD_ALLOW": " ".join(role.git_allow), "TMPDIR": str(private / "tmp"),
+        "CCM_GUARD_GITLOG": str(git_log), "CCM_GUARD_PROBES": _probes(pins, task.branch),
         # git's messages in English, so the blocked-commit signature can be recognised.
         "LC_MESSAGES": "C",
+        **who.env,
     }
+    identity, notes = _identity(Path(task.main_worktree), pins.worktree)
+    env.update(identity)
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
-                                            private, profile)
-    if profile == "codex" and codex_workspace_write(command):
-        command = with_add_dirs(command, writable or roots.writable_roots(pins.worktree))
-    return Armed(command, env, confine, described, profile, refusal_log, writable)
+                                            private, ports=(*allow_ports, *model_ports(who.profile, os.environ)))
+    command = who.command
+    if who.profile == "codex" and codex_workspace_write(command[who.launch.head:], who.home.path if who.home else None):
+        command = with_add_dirs(command, who.launch.head, writable or roots.writable_roots(pins.worktree))
+    return Armed(command, env, confine, described, who, refusal_log, git_log, writable, notes)
+
+
+def _probes(pins: Pins, branch: str) -> str:
+    """Existing files a commit must write (the task's index, HEAD, branch ref), for the shim
+    to try after a failed git write: one that is not writable is the sandbox's doing."""
+    found = [pins.admin_dir / "index", pins.admin_dir / "HEAD", pins.common_dir / "refs" / "heads" / branch]
+    return ":".join(str(p) for p in found if p.is_file() and ":" not in str(p))
+
+
+def _identity(main: Path, worktree: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Who the agent's commits are by: the person's identity as git sees it in their own
+    checkout. Set for the agent only where the task's worktree would see another (an
+    includeIf on the checkout's path) or none; said plainly when there is none at all."""
+    person = configfile.person_identity(main)
+    if not {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"} <= set(person):
+        return {}, ("git has no identity for commits here (user.name/user.email unset, no GIT_AUTHOR_NAME/EMAIL): "
+                    "the agent's commits fail with 'Author identity unknown' unless git can guess one; set them with "
+                    "git config --global user.name 'Your Name' and git config --global user.email you@example.com",)
+    seen = configfile.person_identity(worktree)
+    return {k: v for k, v in person.items() if seen.get(k) != v}, ()
 
 
 def _install_shim(directory: Path) -> Path:
@@ -94,23 +165,27 @@ def _install_shim(directory: Path) -> Path:
     return directory
 
 
-def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[Path]], private: Path,
-             profile: str) -> tuple[Callable[[], None] | None, str, list[Path]]:
+def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[Path]], private: Path, *,
+             ports: tuple[int, ...] = ()) -> tuple[Callable[[], None] | None, str, list[Path]]:
     """The run's Landlock ruleset, for either strategy: its task roots (asked only when the
-    sandbox is on), its private directory and the state its agent keeps in $HOME writable.
-    Returns the enforce to run in the child (None when unconfined), what ran, and the
-    writable paths ([] when unconfined)."""
+    sandbox is on) and its private directory (temp files, the agent's home) writable; with
+    `no_network`, TCP only to `ports`. Returns the enforce to run in the child (None when
+    unconfined), what ran, and the writable paths ([] when unconfined)."""
     if sandbox_mode == "none":
-        return None, "none", []
+        return None, "none (--sandbox none)", []
     if sandbox.abi() == 0:
-        return None, "none (Landlock is not available on this kernel)", []
-    writable = [*task_roots(), private, *home_state(profile)]
-    confine = sandbox.prepare(writable, no_network=no_network).enforce
-    return confine, sandbox.describe() + (" without network" if no_network else ""), writable
+        return None, "none: this kernel has no Landlock, so the agent ran unsandboxed", []
+    writable = [*task_roots(), private]
+    confine = sandbox.prepare(writable, no_network=no_network, allow_ports=ports).enforce
+    network = ""
+    if no_network:
+        network = f", TCP only to port {', '.join(map(str, sorted(set(ports))))}" if ports else ", no TCP"
+    return confine, sandbox.describe() + network, writable
 
 
-def refusals(log: Path) -> list[dict[str, object]]:
-    """What the shim and the hooks refused during the run (one JSON object a line)."""
+def read_records(log: Path) -> list[dict[str, object]]:
+    """What the shim and the hooks recorded during the run: refusals, failed git writes
+    (one JSON object a line)."""
     found = []
     try:
         lines = log.read_text(errors="replace").splitlines()

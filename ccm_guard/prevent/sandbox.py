@@ -18,8 +18,11 @@ knows is "handled", so an access not granted below is denied:
   write and truncate (`> /dev/null` opens with O_TRUNC), and IOCTL_DEV (ABI 5) on all of
   /dev, so a TUI can still ask for its window size and set raw mode.
 
-With `no_network` (ABI 4), TCP bind and connect are refused; UDP and Unix sockets are not
-covered by Landlock and stay open.
+With `no_network` (ABI 4), TCP bind and connect are refused, except to the ports the run
+allows (an agent must still reach its model); UDP and Unix sockets are not covered by
+Landlock's network rules. From ABI 6 the ruleset is also scoped: the agent can neither
+connect to an abstract Unix socket nor signal a process outside its sandbox (the person's
+D-Bus session, their other programs).
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ TRUNCATE = 1 << 14  # ABI 3
 IOCTL_DEV = 1 << 15  # ABI 5
 NET_BIND_TCP = 1 << 0  # ABI 4
 NET_CONNECT_TCP = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1
 
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
 _READ = EXECUTE | READ_FILE | READ_DIR
@@ -76,7 +81,13 @@ _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
 
 class _RulesetAttr(ctypes.Structure):
     # The kernel takes the size we pass, so fields past ABI 1 are simply zero on old kernels.
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _NetPort(ctypes.Structure):
+    _pack_ = 1  # packed in the uapi header: 16 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -149,8 +160,9 @@ class Ruleset:
             self.fd = -1
 
 
-def prepare(writable: list[Path], *, no_network: bool = False) -> Ruleset:
-    """Build (in the calling process) a ruleset: all readable, writes only beneath `writable`."""
+def prepare(writable: list[Path], *, no_network: bool = False, allow_ports: tuple[int, ...] = ()) -> Ruleset:
+    """Build (in the calling process) a ruleset: all readable, writes only beneath `writable`;
+    with `no_network`, TCP connect only to `allow_ports` and no bind."""
     version = abi()
     if version == 0:
         raise UsageError(f"--sandbox landlock is not available here ({describe()}): "
@@ -159,8 +171,11 @@ def prepare(writable: list[Path], *, no_network: bool = False) -> Ruleset:
         raise UsageError(f"--no-network needs Landlock ABI 4 or newer, this kernel has {version}: "
                          "drop --no-network or use a newer kernel")
     fs = _fs_rights(version)
-    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if no_network else 0)
-    size = ctypes.sizeof(attr) if version >= 4 else ctypes.sizeof(ctypes.c_uint64)
+    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if no_network else 0,
+                        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if version >= 6 else 0)
+    # The kernel refuses a larger struct than its ABI knows (E2BIG) unless the rest is zero;
+    # pass exactly the fields this ABI has.
+    size = 8 * (3 if version >= 6 else 2 if version >= 4 else 1)
     fd = _syscall(_SYSCALLS[platform.machine()][0], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         _raise("landlock_create_ruleset")
@@ -173,19 +188,25 @@ def prepare(writable: list[Path], *, no_network: bool = False) -> Ruleset:
         _add(ruleset, Path("/dev"), IOCTL_DEV & fs)
         for root in writable:
             _add(ruleset, root, fs)
+        if no_network:
+            for port in allow_ports:
+                rule = _NetPort(NET_CONNECT_TCP, port)
+                if _syscall(_SYSCALLS[platform.machine()][1], ctypes.c_int(ruleset.fd), ctypes.c_int(_RULE_NET_PORT),
+                            ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    _raise(f"landlock_add_rule for TCP port {port}")
     except BaseException:
         ruleset.close()
         raise
     return ruleset
 
 
-def restrict(writable: list[Path], *, no_network: bool = False) -> None:
+def restrict(writable: list[Path], *, no_network: bool = False, allow_ports: tuple[int, ...] = ()) -> None:
     """Confine the calling process (and what it execs) to writing beneath `writable`.
 
     Landlock confines the calling thread only: call it where there is one thread, in a
     child between fork and exec.
     """
-    ruleset = prepare(writable, no_network=no_network)
+    ruleset = prepare(writable, no_network=no_network, allow_ports=allow_ports)
     try:
         ruleset.enforce()
     finally:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from ccm_guard import failpoints, worktree
 from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
+from ccm_guard.detect import agent_home
 from ccm_guard.detect.policy_at import policy_at
 from ccm_guard.detect.snapshot import Snapshot
 from ccm_guard.detect.verdict import Checks, Verdict
@@ -57,7 +58,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     try:
         notes = _copy_included(plan.main.toplevel, pins.worktree, opts.link_dirs)
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
-                               agent=opts.agent, rules=compiled.result())
+                               agent=opts.agent, allow_ports=opts.allow_ports, rules=compiled.result())
         before = snapshot(pins)  # after arming: its own config and hooks are the baseline
     except BaseException:
         with contextlib.suppress(Exception):
@@ -68,7 +69,8 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
     registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
     return run_and_judge(opts, registry, Ready(task=task, pins=pins, role=role, checks=checks, armed=armed,
-                                               before=before, main_before=main_before, notes=tuple(notes)))
+                                               before=before, main_before=main_before,
+                                               notes=(*notes, *armed.notes)))
 
 
 def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
@@ -128,13 +130,15 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     failpoints.point("before-gates")
 
     verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
-    recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log)
+    recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, armed.git_log)
     if recovered is not None:
         verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
         verdict.recovery = recovered
     verdict.agent = agent
     verdict.sandbox, verdict.profile = armed.sandbox, armed.profile
-    verdict.refusals = prevention.refusals(armed.refusal_log)
+    if armed.agent.home is not None:
+        verdict.gates.append(agent_home.gate(armed.agent.home_before, armed.agent.home.read_watched()))
+    verdict.refusals = prevention.read_records(armed.refusal_log)
     verdict.question = read_question(pins.worktree)
     verdict.notes = list(ready.notes)
     if opts.snapshot_every is None:

@@ -17,12 +17,13 @@ from ccm_guard.detect.verdict import Checks, Recovered, Verdict
 from ccm_guard.errors import GitError
 from ccm_guard.git import config as configfile
 from ccm_guard.policy import Role
+from ccm_guard.prevent.arm import read_records
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
 
 
 def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
-                           refusal_log: Path) -> Recovered | None:
+                           refusal_log: Path, git_log: Path) -> Recovered | None:
     """When git's own report shows a sandbox-blocked lock in this task's git metadata and
     the tree holds work, commit the work the role allows, on the host (docs/design-notes.md#recovery-on-the-host).
 
@@ -32,7 +33,9 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
     if not verdict.git_trusted:
         return None
     text = "\n".join(_tail(Path(p)) for p in (*logs, str(refusal_log)))
-    found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
+    git_dirs = [pins.admin_dir, pins.common_dir]
+    found = signatures.find_blocked_commit(text, git_dirs) or signatures.find_in_shim_records(
+        read_records(git_log), git_dirs)
     if found is None:
         return None
     from ccm_guard.policy.rules import Rules

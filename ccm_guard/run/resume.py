@@ -48,7 +48,7 @@ def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     _file_question(pins.worktree, Path(task.log_dir))
     armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
-                           agent=opts.agent)
+                           agent=opts.agent, allow_ports=opts.allow_ports)
     before = snapshot(pins)
     main_before = main_files(Repo(Path(task.main_git_dir), pins.common_dir, Path(task.main_worktree)))
     baseline = write_baseline(Path(task.log_dir, f"baseline-resume-{int(time.time())}.json"), before, main_before)

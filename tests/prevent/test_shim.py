@@ -11,8 +11,16 @@ Decisions of the shim that these tests pin down (see the header of shims/git):
 - `ls-remote`, `remote show NAME` (both contact the remote) and `credential` are
   refused as `remote`; `remote -v`, `remote get-url`, `remote show -n` are allowed.
 - `worktree list` is allowed, every other `worktree` subcommand refused.
-- `checkout WORD` without `--` is refused unless WORD is HEAD, the task branch or `.`
-  (it may switch branches); `checkout -- FILE` and `restore` are the way to restore.
+- `checkout WORD` without `--` is decided as git decides it: a revision or a
+  remote-tracking branch `<remote>/WORD` is a switch (refused), a tracked path that is
+  neither is a file restore (allowed), anything else is refused.
+- `-c` that only switches the pager or fsmonitor off passes everywhere;
+  `-c core.hooksPath=/dev/null` passes on reads and is `no-verify` elsewhere.
+- GIT_CONFIG_GLOBAL, GIT_CONFIG_NOSYSTEM, GIT_CONFIG_SYSTEM=/dev/null and
+  GIT_CONFIG_COUNT=0 pass; the other redirecting variables refuse every command.
+- With CCM_GUARD_GITLOG and CCM_GUARD_PROBES set (as the fixture does, like the runner),
+  commit, add and the other watched commands run as a child; a failure with a probe
+  denied writes one `git-failed` line.
 - Tag creation is a ref write; `repack -d` is `gc`; `stash branch` and `bisect` are
   switches; `stash clear`/`drop` are ref writes (refs/stash is shared); `rebase` is allowed only onto a base inside HEAD's history.
 - Abbreviated long options are rejected by git itself under the shim
@@ -33,7 +41,10 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
+from ccm_guard.prevent import sandbox
+
 SHIM = ROOT / "shims" / "git"
+needs_landlock = pytest.mark.skipif(sandbox.abi() == 0, reason=f"no Landlock here: {sandbox.describe()}")
 REAL_GIT = os.path.realpath(shutil.which("git") or "/usr/bin/git")
 BRANCH = "ccm/t1"
 TIMEOUT = 20
@@ -57,6 +68,8 @@ class Repo:
     main_only: str  # a commit on main, not in the task's history
     env: dict[str, str]  # for the shim and the real git alike
     log: Path  # CCM_GUARD_LOG
+    gitlog: Path  # CCM_GUARD_GITLOG
+    admin: Path  # the linked worktree's admin dir
 
 
 def _base_env(home: Path, templates: Path) -> dict[str, str]:
@@ -120,10 +133,15 @@ def make_repo(root: Path) -> Repo:
     bindir.mkdir()
     (bindir / "git").symlink_to(SHIM)
     log = root / "refusals.jsonl"
+    gitlog = root / "git-failures.jsonl"
+    admin = main / ".git" / "worktrees" / "wt"
+    probes = [admin / "index", admin / "HEAD", main / ".git" / "refs" / "heads" / BRANCH]
+    assert all(p.is_file() for p in probes)
     env = dict(env, PATH=f"{bindir}{os.pathsep}{env['PATH']}",
                CCM_GUARD_REAL_GIT=REAL_GIT, CCM_GUARD_BRANCH=BRANCH,
-               CCM_GUARD_LOG=str(log))
-    return Repo(root, main, wt, base, main_only, env, log)
+               CCM_GUARD_LOG=str(log), CCM_GUARD_GITLOG=str(gitlog),
+               CCM_GUARD_PROBES=":".join(map(str, probes)))
+    return Repo(root, main, wt, base, main_only, env, log, gitlog, admin)
 
 
 @pytest.fixture
@@ -144,8 +162,9 @@ def shim(r: Repo, *args: str, env: dict[str, str] | None = None,
                           capture_output=True, timeout=TIMEOUT)
 
 
-def real(r: Repo, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([REAL_GIT, *args], cwd=cwd or r.wt, env=r.env,
+def real(r: Repo, *args: str, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([REAL_GIT, *args], cwd=cwd or r.wt, env=env or r.env,
                           capture_output=True, timeout=TIMEOUT)
 
 
@@ -207,7 +226,37 @@ REFUSED = [
     # dangerous -c / --config-env, with global options in front
     (["-C", ".", "-c", "core.hooksPath=/tmp/x", "commit", "-m", "x"], "dangerous-config"),
     (["-c", "CORE.HOOKSPATH=x", "status"], "dangerous-config"),
-    (["-c", "core.pager=cat", "log"], "dangerous-config"),
+    (["-c", "core.pager=less", "log"], "dangerous-config"),
+    (["-c", "core.pager", "log"], "dangerous-config"),
+    (["-c", "pager.log=less", "log"], "dangerous-config"),
+    (["-c", "pager.log", "log"], "dangerous-config"),  # true: the pager on
+    (["-c", "core.fsmonitor", "status"], "dangerous-config"),  # true: the daemon
+    (["-c", "core.fsmonitor=/tmp/x", "status"], "dangerous-config"),
+    # hooks off: only exactly /dev/null, and only on reads
+    (["-c", "core.hooksPath=/dev/null/../x", "status"], "dangerous-config"),
+    (["-c", "core.hooksPath=/dev/null/", "status"], "dangerous-config"),
+    (["-c", "core.hooksPath=", "status"], "dangerous-config"),
+    (["-c", "core.hooksPath", "status"], "dangerous-config"),
+    (["-c", "core.hooksPath=/dev/null", "-c", "core.hooksPath=/tmp/x", "status"], "dangerous-config"),
+    (["-c", "core.hooksPath=/tmp/x", "-c", "core.hooksPath=/dev/null", "status"], "dangerous-config"),
+    (["--config-env=core.hooksPath=NULLVAR", "status"], "dangerous-config"),
+    (["--config-env", "core.pager=CATVAR", "log"], "dangerous-config"),
+    (["-c", "core.hooksPath=/dev/null", "commit", "--allow-empty", "-m", "x"], "no-verify"),
+    (["-c", "CORE.HOOKSPATH=/dev/null", "-C", ".", "commit", "-am", "x"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "add", "a.txt"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "checkout", "--", "a.txt"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "checkout", BRANCH], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "restore", "a.txt"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "reset", "--hard"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "cherry-pick", "--abort"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "rebase", "HEAD~1"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "stash"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "stash", "pop"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "branch", "-u", "main"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "update-ref", "refs/heads/ccm/t1", "HEAD~1"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "gc"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "no-such-alias"], "no-verify"),
+    (["-c", "core.hooksPath=/dev/null", "merge", "main"], "merge"),  # the handler's reason first
     (["-c", "Diff.MyDriver.TextConv=cat", "log", "-p"], "dangerous-config"),
     (["-c", "alias.st=!touch /tmp/pwned", "st"], "dangerous-config"),
     (["-c", "includeIf.gitdir:/x/.path=/tmp/evil", "status"], "dangerous-config"),
@@ -247,7 +296,17 @@ REFUSED = [
     (["checkout", "--detach"], "switch"),
     (["checkout", "-"], "switch"),
     (["checkout", MAIN_ONLY], "switch"),
-    (["checkout", "a.txt"], "switch"),
+    (["checkout", "nosuch.txt"], "switch"),  # neither a revision nor a tracked path
+    (["checkout", "main-only.txt"], "switch"),  # a file of main, not tracked here
+    (["checkout", "v1"], "switch"),  # a tag: detaches
+    (["checkout", "HEAD~1"], "switch"),
+    (["checkout", "@"], "switch"),
+    (["checkout", "HEAD:a.txt"], "switch"),
+    (["checkout", "main...HEAD"], "switch"),  # the merge base
+    (["checkout", "a.txt", "--"], "switch"),  # `WORD --` is always a revision
+    (["checkout", "-q", "main"], "switch"),
+    (["-C", "dir", "checkout", "main"], "switch"),
+    (["checkout", "--end-of-options", "-x"], "switch"),
     (["--no-pager", "checkout", "main"], "switch"),
     (["switch", "-c", "x"], "switch"),
     (["switch", "main"], "switch"),
@@ -326,14 +385,109 @@ def test_refused(repo: Repo, case: tuple[list[str], str]) -> None:
     ("GIT_WORK_TREE", ".."),
     ("GIT_INDEX_FILE", "/tmp/index"),
     ("GIT_CONFIG_PARAMETERS", "'core.hookspath'='/tmp/x'"),
-    ("GIT_CONFIG_GLOBAL", "/dev/null"),
     ("GIT_OBJECT_DIRECTORY", "/tmp/objects"),
     ("GIT_EXEC_PATH", "/tmp"),
+    ("GIT_COMMON_DIR", "../main/.git"),
+    ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "/tmp/objects"),
+    ("GIT_CONFIG", "/tmp/config"),
+    ("GIT_NAMESPACE", "x"),
+    ("GIT_SHALLOW_FILE", "/tmp/shallow"),
+    ("GIT_CONFIG_SYSTEM", "/tmp/evil"),
+    ("GIT_CONFIG_SYSTEM", ""),
+    ("GIT_CONFIG_COUNT", "1"),
+    ("GIT_CONFIG_COUNT", "00"),
 ])
 def test_refused_redirect_environment(repo: Repo, var: str, value: str) -> None:
-    env = dict(repo.env, **{var: value})
+    # Accepted variables beside it are not named.
+    env = dict(repo.env, GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1", **{var: value})
     err = assert_refused(repo, ["status"], "redirect", env=env)
-    assert var.encode() in err
+    assert err.startswith(f"ccm-guard: refused: {var} set: ".encode()), err
+    assert b"GIT_CONFIG_GLOBAL set" not in err
+
+
+def test_refused_redirect_environment_names_every_variable(repo: Repo) -> None:
+    env = dict(repo.env, GIT_DIR=".git", GIT_CONFIG_SYSTEM="/etc/x", GIT_CONFIG_COUNT="2",
+               GIT_CONFIG_GLOBAL="/dev/null")
+    err = assert_refused(repo, ["log"], "redirect", env=env)
+    assert err.startswith(b"ccm-guard: refused: GIT_DIR GIT_CONFIG_SYSTEM GIT_CONFIG_COUNT set: ")
+
+
+@pytest.mark.parametrize("extra", [
+    {"GIT_CONFIG_GLOBAL": "<global>"},
+    {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+    {"GIT_CONFIG_SYSTEM": "/dev/null"},
+    {"GIT_CONFIG_COUNT": "0", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/tmp/x"},
+    {"GIT_CONFIG_COUNT": ""},
+    {"XDG_CONFIG_HOME": "<xdg>", "GIT_AUTHOR_NAME": "Someone", "GIT_COMMITTER_EMAIL": "c@example.com"},
+], ids=lambda e: " ".join(e))
+def test_allowed_config_environment(repo: Repo, extra: dict[str, str]) -> None:
+    """The person's config choice passes through: same answer as the real git."""
+    glob = repo.root / "global.gitconfig"
+    glob.write_text("[user]\n\tname = From Global\n[log]\n\tabbrevCommit = true\n")
+    xdg = repo.root / "xdg"
+    (xdg / "git").mkdir(parents=True)
+    (xdg / "git" / "config").write_text("[user]\n\temail = xdg@example.com\n")
+    env = dict(repo.env, **{k: v.replace("<global>", str(glob)).replace("<xdg>", str(xdg))
+                            for k, v in extra.items()})
+    for args in (["status", "--short"], ["config", "--get", "user.name"], ["log", "-1"],
+                 ["-c", "color.ui=never", "var", "GIT_AUTHOR_IDENT"]):
+        assert_same(shim(repo, *args, env=env), real(repo, *args, env=env))
+    assert not repo.log.exists()
+
+
+def test_checkout_word_of_a_remote_tracking_branch_is_a_switch(repo: Repo) -> None:
+    """git would create a local branch from <remote>/WORD: refused, even when WORD is
+    also a tracked file (then git refuses it as ambiguous, present or deleted)."""
+    for ref in ("refs/remotes/origin/feature", "refs/remotes/origin/t.txt", "refs/remotes/up/dir"):
+        _setup_git(repo.env, repo.main, "update-ref", ref, repo.main_only)
+    assert_refused(repo, ["checkout", "feature"], "switch")
+    assert_refused(repo, ["checkout", "t.txt"], "switch")
+    (repo.wt / "t.txt").unlink()  # now git would switch to a new branch t.txt
+    assert_refused(repo, ["checkout", "t.txt"], "switch")
+    assert_refused(repo, ["checkout", "dir"], "switch")
+    assert real(repo, "rev-parse", "--abbrev-ref", "HEAD").stdout == f"{BRANCH}\n".encode()
+
+
+def test_checkout_word_that_is_a_branch_and_a_file_is_a_switch(repo: Repo) -> None:
+    (repo.wt / "main").write_text("a file named like the branch\n")
+    _setup_git(repo.env, repo.wt, "add", "main")
+    _setup_git(repo.env, repo.wt, "commit", "-q", "-m", "file main")
+    (repo.wt / "main").write_text("changed\n")
+    assert_refused(repo, ["checkout", "main"], "switch")
+
+
+def test_checkout_word_restores_a_deleted_file_like_git(twins: tuple[Repo, Repo]) -> None:
+    a, b = twins
+    for r in (a, b):
+        (r.wt / "a.txt").unlink()
+        (r.wt / "dir" / "b.txt").write_text("dirty\n")
+    assert_same(shim(a, "checkout", "a.txt"), real(b, "checkout", "a.txt"))
+    assert_same(shim(a, "-C", "dir", "checkout", "b.txt"), real(b, "-C", "dir", "checkout", "b.txt"))
+    assert (a.wt / "a.txt").read_text() == "alpha\nchanged by the task\n"
+    assert (a.wt / "dir" / "b.txt").read_text() == "beta\n"
+    assert_same(real(a, "status", "--porcelain"), real(b, "status", "--porcelain"))
+    assert not a.log.exists()
+
+
+def test_checkout_word_passes_when_the_role_allows_switch(repo: Repo) -> None:
+    env = dict(repo.env, CCM_GUARD_ALLOW="switch")
+    res = shim(repo, "checkout", "-q", "v1", env=env)
+    assert res.returncode == 0, res.stderr
+    assert real(repo, "rev-parse", "HEAD").stdout.decode().strip() == repo.base
+    assert not repo.log.exists()
+
+
+def test_hooks_off_on_the_persons_alias_is_refused(repo: Repo) -> None:
+    """An alias may be anything (here commit): with hooks off, only known reads pass."""
+    _setup_git(repo.env, repo.main, "config", "alias.ci", "commit")
+    _setup_git(repo.env, repo.main, "config", "alias.st", "status")
+    assert_refused(repo, ["-c", "core.hooksPath=/dev/null", "ci", "--allow-empty", "-m", "x"], "no-verify")
+    assert_refused(repo, ["-c", "core.hooksPath=/dev/null", "st"], "no-verify")
+    assert_same(shim(repo, "st"), real(repo, "st"))  # without the -c: the person's alias
+    # The role may allow skipping hooks.
+    env = dict(repo.env, CCM_GUARD_ALLOW="no-verify")
+    args = ["-c", "core.hooksPath=/dev/null", "ci", "--allow-empty", "-m", "x"]
+    assert shim(repo, *args, env=env).returncode == 0
 
 
 def test_refusal_log_round_trips_awkward_arguments(repo: Repo) -> None:
@@ -405,6 +559,29 @@ READ_ONLY = [
     ["push", "-h"],
     ["--version"],
     ["no-such-command"],
+    # switching something off (Claude Code: ls-files; Codex: rev-parse, status, remote)
+    ["-c", "core.hooksPath=/dev/null", "ls-files", "--others", "--exclude-standard"],
+    ["-c", "core.hooksPath=/dev/null", "rev-parse", "--show-toplevel"],
+    ["-c", "core.hooksPath=/dev/null", "status", "--porcelain"],
+    ["-c", "core.hooksPath=/dev/null", "remote", "-v"],
+    ["-c", "core.hooksPath=/dev/null", "remote", "get-url", "origin"],  # git's own error
+    ["-c", "Core.HooksPath=/dev/null", "-C", "dir", "diff", "HEAD~1"],
+    ["-c", "core.hooksPath=/dev/null", "-c", "core.hooksPath=/dev/null", "log", "-1"],
+    ["-c", "core.hooksPath=/dev/null", "config", "--get", "user.name"],
+    ["-c", "core.hooksPath=/dev/null", "branch", "--list"],
+    ["-c", "core.hooksPath=/dev/null", "tag", "-l"],
+    ["-c", "core.hooksPath=/dev/null", "stash", "list"],
+    ["-c", "core.hooksPath=/dev/null", "worktree", "list"],
+    ["-c", "core.hooksPath=/dev/null", "symbolic-ref", "HEAD"],
+    ["-c", "core.hooksPath=/dev/null", "reflog", "-3"],
+    ["-c", "core.hooksPath=/dev/null", "show", "--stat", "HEAD"],
+    ["-c", "core.fsmonitor=false", "status"],
+    ["-c", "core.fsmonitor=", "-c", "core.fsmonitor=OFF", "-c", "core.fsmonitor=0", "status"],
+    ["-c", "core.pager=cat", "log", "-1"],
+    ["-c", "core.pager=", "log", "-1"],
+    ["-c", "pager.log=false", "-c", "Pager.Diff=No", "-c", "pager.show=cat", "log", "-1"],
+    ["-c", "pager.status=", "status"],
+    ["-c", "color.ui=always", "-c", "core.hooksPath=/dev/null", "diff", "main"],
 ]
 
 
@@ -446,6 +623,14 @@ WRITES = [
     (["checkout", "HEAD~1", "--", "a.txt"], True),
     (["checkout", "main", "--", "main-only.txt"], False),
     (["checkout", "."], True),
+    (["checkout", "a.txt"], True),  # a tracked path, no revision: a file restore
+    (["checkout", "-q", "a.txt"], True),
+    (["checkout", "dir"], True),
+    (["checkout", "*.txt"], True),
+    (["-C", "dir", "checkout", "b.txt"], True),
+    (["checkout", "with space.txt"], True),
+    (["-c", "core.fsmonitor=false", "commit", "-qam", "fsmonitor off"], True),
+    (["-c", "core.pager=cat", "--no-pager", "add", "-A"], True),
     (["checkout", "-f"], True),
     (["restore", "a.txt"], True),
     (["restore", "--source=HEAD~2", "--", "a.txt"], False),
@@ -491,13 +676,14 @@ def test_allowed_write_matches_twin(twins: tuple[Repo, Repo], case: tuple[list[s
     for s in state:
         assert_same(real(a, *s), real(b, *s))
     assert not a.log.exists()
+    assert not a.gitlog.exists()
 
 
 def test_allowed_by_role(repo: Repo) -> None:
     """CCM_GUARD_ALLOW lets a class through to the real git, untouched."""
     env = dict(repo.env, CCM_GUARD_ALLOW="remote dangerous-config")
     assert_same(shim(repo, "ls-remote", ".", env=env), real(repo, "ls-remote", "."))
-    args = ["-c", "core.pager=cat", "log", "-1"]
+    args = ["-c", "core.pager=less", "log", "-1"]
     assert_same(shim(repo, *args, env=env), real(repo, *args))
     # Other classes stay refused, and push --no-verify needs no-verify too.
     assert_refused(repo, ["push", "--no-verify"], "no-verify", env=env)
@@ -511,6 +697,95 @@ def test_arguments_survive_untouched(repo: Repo, tmp_path: Path) -> None:
     assert_same(shim(repo, *args), real(repo, *args))
     args = ["-c", "color.ui=never", "rev-parse", "--sq-quote", "", " lead", "trail "]
     assert_same(shim(repo, *args), real(repo, *args))
+
+
+# --- watched commands: a failed write is looked into ----------------------------------
+
+def test_watched_failure_with_writable_metadata_records_nothing(twins: tuple[Repo, Repo]) -> None:
+    """Nothing to commit: git's status and output reach the caller, the probes find the
+    metadata writable, nothing is recorded and no probe changes."""
+    a, b = twins
+    probes = [Path(p) for p in a.env["CCM_GUARD_PROBES"].split(":")]
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in probes}
+    got, expected = shim(a, "commit", "-m", "nothing"), real(b, "commit", "-m", "nothing")
+    assert got.returncode == 1
+    assert_same(got, expected)
+    assert not a.gitlog.exists()
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in probes} == before
+
+
+def test_watched_probes_never_create_files(repo: Repo) -> None:
+    missing, relative = repo.root / "gone" / "index", "rel-probe"
+    env = dict(repo.env, CCM_GUARD_PROBES=f"{missing}::{relative}:{repo.root / 'nodir'}")
+    res = shim(repo, "commit", "-m", "nothing", env=env)
+    assert res.returncode == 1
+    assert not missing.parent.exists() and not (repo.wt / relative).exists()
+    assert not (repo.root / "nodir").exists() and not repo.gitlog.exists()
+
+
+def test_watched_command_keeps_stdin_and_status(twins: tuple[Repo, Repo]) -> None:
+    a, b = twins
+    for r in (a, b):
+        _prepare_dirty(r)
+    args = ["commit", "-aqF", "-"]
+    got = subprocess.run(["git", *args], cwd=a.wt, env=a.env, input=b"from stdin\n\nbody\n",
+                         capture_output=True, timeout=TIMEOUT)
+    expected = subprocess.run([REAL_GIT, *args], cwd=b.wt, env=b.env, input=b"from stdin\n\nbody\n",
+                              capture_output=True, timeout=TIMEOUT)
+    assert_same(got, expected)
+    assert real(a, "log", "-1", "--format=%B").stdout == b"from stdin\n\nbody\n\n"
+    # A usage error: git's own status (129) and message.
+    assert_same(shim(a, "commit", "--no-such-option"), real(b, "commit", "--no-such-option"))
+    assert not a.gitlog.exists()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.parametrize("gitlog", [True, False], ids=["watched", "exec"])
+def test_watched_command_is_a_child_only_with_a_git_log(repo: Repo, tmp_path: Path, gitlog: bool) -> None:
+    env = dict(repo.env) if gitlog else {k: v for k, v in repo.env.items() if k != "CCM_GUARD_GITLOG"}
+    out = tmp_path / "strace.out"
+    res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
+                          "git", "add", "a.txt"], cwd=repo.wt, env=env, capture_output=True,
+                         timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    execs = [line.split(None, 1) for line in out.read_text().splitlines()
+             if "execve(" in line and line.rstrip().endswith("= 0")]
+    assert len(execs) == 2, execs
+    assert f'execve("{REAL_GIT}"' in execs[1][1]
+    assert (execs[0][0] != execs[1][0]) == gitlog  # another process: a child, not exec
+
+
+@needs_landlock
+def test_commit_blocked_by_landlock_is_recorded(repo: Repo) -> None:
+    """A sandbox without the admin dir: git's exit status and message reach the caller,
+    and the shim records which probe was denied and why."""
+    (repo.wt / "a.txt").write_text("work\n")
+    assert shim(repo, "add", "a.txt").returncode == 0
+    writable = [repo.wt, repo.root / "logs"]  # not main/.git (the admin dir, the refs)
+    writable[1].mkdir()
+    env = dict(repo.env, CCM_GUARD_GITLOG=str(writable[1] / "git.jsonl"),
+               CCM_GUARD_LOG=str(writable[1] / "refusals.jsonl"))
+    message = 'work "quoted" \\ back\nnewline é'
+    ruleset = sandbox.prepare(writable)
+    try:
+        res = subprocess.run(["git", "commit", "-q", "-m", message], cwd=repo.wt, env=env,
+                             capture_output=True, timeout=TIMEOUT, preexec_fn=ruleset.enforce)
+    finally:
+        ruleset.close()
+    index = repo.admin / "index"
+    assert res.returncode == 128
+    assert res.stderr == f"fatal: Unable to create '{index}.lock': Permission denied\n".encode()
+    lines = (writable[1] / "git.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert list(record) == ["ts", "event", "status", "argv", "denied", "reason"]
+    assert isinstance(record["ts"], int) and record["ts"] > 1_600_000_000
+    assert record["event"] == "git-failed" and record["status"] == 128
+    assert record["argv"] == ["commit", "-q", "-m", message]
+    assert record["denied"] == str(index) and record["reason"] == "Permission denied"
+    assert not (writable[1] / "refusals.jsonl").exists()
+    assert real(repo, "rev-parse", "HEAD").stdout.decode().strip() == \
+        real(repo, "rev-parse", BRANCH).stdout.decode().strip()
 
 
 # --- fail closed ------------------------------------------------------------------
@@ -568,6 +843,8 @@ STRACE_CASES = [
     ["rev-parse", "HEAD"],  # fast path
     ["-C", "dir", "status", "--short"],  # fast path with -C
     ["-c", "color.ui=never", "rev-parse", "HEAD"],  # full path, -c checked
+    ["-c", "core.hooksPath=/dev/null", "ls-files"],  # fast path: hooks off on a read
+    ["-c", "Core.HooksPath=/dev/null", "remote", "-v"],  # full path: a handler's read form
     ["branch", "--list", "ccm/*"],  # full path, a handler
     ["config", "user.name"],
     ["symbolic-ref", "--short", "-q", "HEAD"],  # the last handlers

@@ -187,6 +187,27 @@ def test_agent_environment_is_scrubbed(repo: Path, tmp_path: Path) -> None:
         assert name not in seen
     assert seen["DOCKER_HOST"] == "unix:///x"  # passed through explicitly
     assert seen["KEEP_ME"] == "yes"
+
+
+def test_who_commits_reaches_the_agent_and_its_commit_uses_it(repo: Path, tmp_path: Path) -> None:
+    """CI, containers and Nix say who commits through the environment or GIT_CONFIG_GLOBAL."""
+    Path(os.environ["HOME"], ".gitconfig").unlink()  # no ~/.gitconfig: only the environment says who
+    config = tmp_path / "ci-gitconfig"
+    config.write_text("[user]\n\temail = ci@example.com\n")
+    agent = write_agent(tmp_path, "echo x > x.txt; git add x.txt; git commit -q -m x")
+    env = {"GIT_AUTHOR_NAME": "CI Bot", "GIT_COMMITTER_NAME": "CI Bot", "GIT_CONFIG_GLOBAL": str(config)}
+    res = run_exec(repo, agent, env=env)
+    assert res.code == 0, res.stdout
+    assert res.verdict["refusals"] == []
+    assert git(repo, "log", "-1", "--format=%an <%ae>", res.verdict["branch"]) == "CI Bot <ci@example.com>"
+
+
+def test_no_identity_anywhere_is_said_plainly(repo: Path, tmp_path: Path) -> None:
+    Path(os.environ["HOME"], ".gitconfig").unlink()
+    agent = write_agent(tmp_path, "echo x > x.txt; git add x.txt; git commit -q -m x")
+    res = run_exec(repo, agent, env={"EMAIL": ""})
+    assert any("no identity for commits" in note and "git config --global user.name" in note
+               for note in res.verdict["notes"])
     assert seen["CCM_GUARD_TASK"] and seen["CCM_GUARD_BRANCH"].startswith("ccm/")
 
 

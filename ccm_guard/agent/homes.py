@@ -1,0 +1,216 @@
+"""Task-private agent homes: the agent's own configuration directory, seeded from the person's.
+
+An agent keeps credentials, settings, hooks, MCP servers and session history in its home
+(`~/.claude`, `~/.codex`, `~/.gemini`). Letting it write the person's copy hands it code
+execution in the person's next session (a planted hook runs outside any sandbox). So each
+run gets its own home under the task's state, pointed at by the agent's documented
+variable (CLAUDE_CONFIG_DIR, CODEX_HOME, GEMINI_CLI_HOME), seeded with copies of the
+person's credentials and settings. Nothing is ever written back; `watched` files are read
+before and after the run, and detect.agent_home judges what changed.
+
+The person's trust of the repository is carried over to the task's worktree path, where
+the agent keeps such a list, so the "trust this folder?" question is not asked per task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Mapping
+
+# Larger files are not read for judging, nor parsed for trust (a home's settings are small).
+READ_LIMIT = 16 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Home:
+    profile: str
+    path: Path  # the task's private home for the agent
+    env: dict[str, str]  # the variables that point the agent at it
+    seeded_from: Path | None  # the person's home it was copied from (None: fresh)
+    watched: tuple[str, ...]  # paths (relative to `path`) whose changes are judged
+
+    def read_watched(self) -> dict[str, bytes]:
+        """The watched files as they are now (directories walked, links not followed)."""
+        found: dict[str, bytes] = {}
+        for name in self.watched:
+            top = self.path / name
+            if top.is_dir() and not top.is_symlink():
+                for root, dirs, files in os.walk(top):
+                    dirs.sort()
+                    for file in sorted(files):
+                        full = Path(root, file)
+                        found[str(full.relative_to(self.path))] = _read(full)
+            elif os.path.lexists(top):
+                found[name] = _read(top)
+        return found
+
+
+def _read(path: Path) -> bytes:
+    try:
+        if path.is_symlink():
+            return b"symlink -> " + os.fsencode(os.readlink(path))
+        with open(path, "rb") as fh:
+            return fh.read(READ_LIMIT)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}".encode()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    variable: str  # the agent's documented home variable
+    default: str  # the home's place under $HOME when the variable is not set
+    subdir: str  # inside the variable's directory, where the state lives ("" for itself)
+    seed: tuple[str, ...]  # what is copied from the person's home
+    watched: tuple[str, ...]
+    trust: Callable[[Path, Path, Path], None] | None  # (home state dir, main worktree, task worktree)
+
+
+def _claude_trust(state: Path, main: Path, worktree: Path) -> None:
+    path = state / ".claude.json"
+    data = _json(path)
+    projects = data.get("projects")
+    if not isinstance(projects, dict):
+        return
+    entry = _trusted_entry(projects, main, lambda e: isinstance(e, dict) and e.get("hasTrustDialogAccepted") is True)
+    if entry is None:
+        return
+    projects[str(worktree)] = {"hasTrustDialogAccepted": True,
+                               "hasCompletedProjectOnboarding": bool(entry.get("hasCompletedProjectOnboarding")),
+                               "allowedTools": []}
+    _write_private(path, json.dumps(data, indent=2).encode())
+
+
+def _codex_trust(state: Path, main: Path, worktree: Path) -> None:
+    import tomllib
+
+    path = state / "config.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    projects = data.get("projects")
+    if not isinstance(projects, dict) or str(worktree) in projects:
+        return
+    if _trusted_entry(projects, main, lambda e: isinstance(e, dict) and e.get("trust_level") == "trusted") is None:
+        return
+    # A TOML basic string is JSON's string syntax for these characters; the table is new.
+    _write_private(path, path.read_bytes() + f'\n[projects.{json.dumps(str(worktree))}]\n'
+                   'trust_level = "trusted"\n'.encode())
+
+
+def _gemini_trust(state: Path, main: Path, worktree: Path) -> None:
+    path = state / "trustedFolders.json"
+    data = _json(path)
+    if not data:
+        return
+    for folder in (main, *main.parents):  # a trusted folder trusts what is below it
+        if data.get(str(folder)) == "TRUST_FOLDER":
+            data[str(worktree)] = "TRUST_FOLDER"
+            _write_private(path, json.dumps(data, indent=2).encode())
+            return
+
+
+def _trusted_entry(projects: Mapping[str, object], main: Path,
+                   trusted: Callable[[object], bool]) -> dict[str, object] | None:
+    """The person's entry that trusts the main worktree (or a folder above it)."""
+    for folder in (main, *main.parents):
+        entry = projects.get(str(folder))
+        if trusted(entry):
+            return entry  # type: ignore[return-value]
+    return None
+
+
+_SPECS = {
+    "claude": _Spec(
+        variable="CLAUDE_CONFIG_DIR", default=".claude", subdir="",
+        seed=("settings.json", ".credentials.json", "CLAUDE.md", "agents", "commands", "skills",
+              "output-styles", "plugins", "hooks"),
+        watched=("settings.json", "settings.local.json", ".claude.json", "CLAUDE.md", "agents", "commands",
+                 "skills", "output-styles", "plugins", "hooks"),
+        trust=_claude_trust),
+    "codex": _Spec(
+        variable="CODEX_HOME", default=".codex", subdir="",
+        seed=("config.toml", "auth.json", "AGENTS.md", "AGENTS.override.md", "instructions.md", "prompts",
+              "rules", "skills"),
+        watched=("config.toml", "AGENTS.md", "AGENTS.override.md", "instructions.md", "prompts", "rules",
+                 "skills", "hooks.json"),
+        trust=_codex_trust),
+    "gemini": _Spec(
+        variable="GEMINI_CLI_HOME", default=".gemini", subdir=".gemini",
+        seed=("settings.json", "oauth_creds.json", "google_accounts.json", "installation_id", "trustedFolders.json",
+              "GEMINI.md", "commands", "extensions", "policies"),
+        watched=("settings.json", "trustedFolders.json", "GEMINI.md", "commands", "extensions", "policies"),
+        trust=_gemini_trust),
+}
+
+
+def person_home_dir(profile: str, environ: Mapping[str, str]) -> Path | None:
+    """Where the person's own copy of the agent's home is (it may not exist)."""
+    spec = _SPECS.get(profile)
+    if spec is None:
+        return None
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    chosen = environ.get(spec.variable)
+    if chosen:
+        return Path(chosen) / spec.subdir if spec.subdir else Path(chosen)
+    return home / spec.default
+
+
+def prepare(profile: str, private: Path, *, main: Path, worktree: Path,
+            environ: Mapping[str, str]) -> Home | None:
+    """Make (or, for a resumed task, reuse) the agent's private home under `private`."""
+    spec = _SPECS.get(profile)
+    source = person_home_dir(profile, environ)
+    if spec is None or source is None:
+        return None
+    top = private / f"{profile}-home"
+    state = top / spec.subdir if spec.subdir else top
+    fresh = not state.exists()
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    seeded = source if source.is_dir() else None
+    if fresh:
+        if seeded is not None:
+            for name in spec.seed:
+                _copy(source / name, state / name)
+        if profile == "claude":
+            # Claude keeps its global file beside the config dir only when the variable is
+            # set; otherwise it is ~/.claude.json.
+            outside = Path(environ[spec.variable]) if environ.get(spec.variable) else source.parent
+            _copy(outside / ".claude.json", state / ".claude.json")
+        if spec.trust is not None:
+            spec.trust(state, main, worktree)
+    return Home(profile=profile, path=state, env={spec.variable: str(top)}, seeded_from=seeded,
+                watched=spec.watched)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """Copy a file or a directory tree, links as links; what cannot be read is left out."""
+    try:
+        if src.is_dir() and not src.is_symlink():
+            shutil.copytree(src, dst, symlinks=True, ignore_dangling_symlinks=True)
+        elif src.is_file() or src.is_symlink():
+            shutil.copy2(src, dst, follow_symlinks=False)
+    except OSError:
+        pass
+
+
+def _json(path: Path) -> dict[str, object]:
+    try:
+        if path.stat().st_size > READ_LIMIT:
+            return {}
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".ccm-guard-tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)

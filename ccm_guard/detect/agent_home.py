@@ -1,0 +1,98 @@
+"""What the agent changed in its task-private home (agent.homes), judged.
+
+Nothing there is written back to the person's home, so a change harms nobody by itself;
+but a hook, an MCP server, a permission rule or a command the agent's CLI would run is
+what an attacker plants, and a resumed task would run it. Those fail; any other change of
+a settings or instructions file is a note.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any, Mapping
+
+from ccm_guard.detect.context import FAIL, WARN, Finding
+from ccm_guard.detect.gates import GateResult
+
+GATE = "agent-home"
+
+# Keys of a settings file that make the agent's CLI run something or widen what it may do.
+_SENSITIVE = {
+    # Claude Code: settings.json, settings.local.json, .claude.json (and its per-project entries)
+    "hooks", "permissions", "allowedTools", "mcpServers", "enabledMcpjsonServers", "enableAllProjectMcpServers",
+    "apiKeyHelper", "awsAuthRefresh", "awsCredentialExport", "otelHeadersHelper", "statusLine", "env",
+    "disableAllHooks", "forceLoginMethod", "plugins", "enabledPlugins", "extraKnownMarketplaces",
+    # Codex: config.toml
+    "mcp_servers", "notify", "model_providers", "model_provider", "profiles", "profile",
+    "shell_environment_policy", "sandbox_mode", "sandbox_workspace_write", "approval_policy",
+    # Gemini CLI: settings.json
+    "tools", "mcp", "security", "hooksConfig", "extensions", "advanced",
+}
+# Directories whose files are commands, rules or code the CLI loads.
+_SENSITIVE_DIRS = ("hooks/", "rules/", "plugins/", "extensions/", "policies/")
+
+
+def gate(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> GateResult:
+    return GateResult.of(GATE, findings(before, after))
+
+
+def findings(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> list[Finding]:
+    found: list[Finding] = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        keys = _changed_keys(name, old, new)
+        if name.startswith(_SENSITIVE_DIRS):
+            found.append(Finding(GATE, f"the agent {_verb(old, new)} {name} in its home: code its CLI loads", (name,)))
+        elif keys is None:
+            found.append(Finding(GATE, f"the agent {_verb(old, new)} {name} in its home", (name,), WARN))
+        elif keys & _SENSITIVE:
+            found.append(Finding(GATE, f"the agent changed {', '.join(sorted(keys & _SENSITIVE))} in {name} of its "
+                                 "home: hooks, MCP servers, permissions or commands its CLI would run", (name,), FAIL))
+        elif keys and not name.endswith(".claude.json"):
+            # .claude.json is rewritten on every start (counters, tips): only its sensitive keys count.
+            found.append(Finding(GATE, f"the agent changed {', '.join(sorted(keys))} in {name} of its home",
+                                 (name,), WARN))
+    return found
+
+
+def _verb(old: bytes | None, new: bytes | None) -> str:
+    return "added" if old is None else "removed" if new is None else "changed"
+
+
+def _changed_keys(name: str, old: bytes | None, new: bytes | None) -> set[str] | None:
+    """The top-level keys (and per-project keys) that differ; None when not a settings file."""
+    parse = _parser(name)
+    if parse is None:
+        return None
+    try:
+        a, b = parse(old), parse(new)
+    except ValueError:
+        return {"(unparsable)"} | _SENSITIVE  # a file the CLI cannot read either: treat as the worst
+    keys = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    projects_a, projects_b = a.get("projects"), b.get("projects")
+    if "projects" in keys and isinstance(projects_a, dict) and isinstance(projects_b, dict):
+        keys.discard("projects")
+        for project in set(projects_a) | set(projects_b):
+            pa, pb = projects_a.get(project), projects_b.get(project)
+            if isinstance(pa, dict) and isinstance(pb, dict):
+                keys |= {k for k in set(pa) | set(pb) if pa.get(k) != pb.get(k)}
+            elif pa != pb:
+                keys |= set(pa or {}) | set(pb or {}) if isinstance(pa or pb, dict) else {"projects"}
+    return keys
+
+
+def _parser(name: str) -> Any:
+    if name.endswith(".json"):
+        return lambda data: _as_dict(json.loads(data) if data else {})
+    if name.endswith(".toml"):
+        return lambda data: _as_dict(tomllib.loads(data.decode()) if data else {})
+    return None
+
+
+def _as_dict(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("not a table")
+    return value

@@ -1,0 +1,126 @@
+"""Task-private agent homes: seeded from the person's, trust carried over, never written back,
+and what the agent changes there judged (agent-home)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import run_exec, write_agent
+
+from ccm_guard.agent import homes
+from ccm_guard.detect import agent_home
+
+COMMIT = 'echo work > work.txt; git add work.txt; git commit -q -m "agent work"'
+
+
+def _tree_digest(top: Path) -> dict[str, str]:
+    found = {}
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            path = Path(root, name)
+            found[str(path.relative_to(top))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def _lived_in_claude(home: Path, main: Path) -> None:
+    (home / ".claude" / "agents").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(json.dumps({"model": "opus"}))
+    (home / ".claude" / ".credentials.json").write_text('{"token": "secret"}')
+    (home / ".claude" / "agents" / "reviewer.md").write_text("review things\n")
+    (home / ".claude" / "projects").mkdir()  # session history: not seeded
+    (home / ".claude" / "projects" / "old.jsonl").write_text("{}\n")
+    (home / ".claude.json").write_text(json.dumps({
+        "numStartups": 3, "projects": {str(main): {"hasTrustDialogAccepted": True, "allowedTools": ["Bash"]}}}))
+
+
+def test_claude_home_is_seeded_and_the_repositorys_trust_carried(tmp_path: Path) -> None:
+    person, main, worktree = tmp_path / "home", tmp_path / "src" / "project", tmp_path / "wt" / "t1"
+    person.mkdir(exist_ok=True)
+    _lived_in_claude(person, main)
+    home = homes.prepare("claude", tmp_path / "private", main=main, worktree=worktree, environ={"HOME": str(person)})
+    assert home is not None
+    assert home.env == {"CLAUDE_CONFIG_DIR": str(home.path)}
+    assert (home.path / "settings.json").read_text() == json.dumps({"model": "opus"})
+    assert (home.path / ".credentials.json").exists() and (home.path / "agents" / "reviewer.md").exists()
+    assert not (home.path / "projects").exists()
+    projects = json.loads((home.path / ".claude.json").read_text())["projects"]
+    assert projects[str(worktree)]["hasTrustDialogAccepted"] is True
+    assert projects[str(worktree)]["allowedTools"] == []  # trust, not the person's permissions
+
+
+def test_untrusted_repository_stays_untrusted_and_a_fresh_home_still_works(tmp_path: Path) -> None:
+    person = tmp_path / "home"
+    (person / ".claude").mkdir(parents=True)
+    (person / ".claude.json").write_text(json.dumps({"projects": {"/elsewhere": {"hasTrustDialogAccepted": True}}}))
+    home = homes.prepare("claude", tmp_path / "p1", main=tmp_path / "project", worktree=tmp_path / "wt",
+                         environ={"HOME": str(person)})
+    assert home is not None
+    assert str(tmp_path / "wt") not in json.loads((home.path / ".claude.json").read_text())["projects"]
+    fresh = homes.prepare("claude", tmp_path / "p2", main=tmp_path / "project", worktree=tmp_path / "wt",
+                          environ={"HOME": str(tmp_path / "nobody")})
+    assert fresh is not None and fresh.path.is_dir() and fresh.seeded_from is None
+    assert list(fresh.path.iterdir()) == []
+
+
+def test_codex_home_honours_codex_home_and_carries_trust(tmp_path: Path) -> None:
+    source = tmp_path / "custom-codex"
+    source.mkdir()
+    main = tmp_path / "project"
+    (source / "config.toml").write_text(f'model = "o4"\n[projects."{tmp_path}"]\ntrust_level = "trusted"\n')
+    (source / "auth.json").write_text("{}")
+    (source / "sessions").mkdir()
+    home = homes.prepare("codex", tmp_path / "private", main=main, worktree=tmp_path / "wt",
+                         environ={"HOME": str(tmp_path), "CODEX_HOME": str(source)})
+    assert home is not None and home.seeded_from == source
+    config = tomllib.loads((home.path / "config.toml").read_text())
+    assert config["model"] == "o4"
+    assert config["projects"][str(tmp_path / "wt")]["trust_level"] == "trusted"
+    assert (home.path / "auth.json").exists() and not (home.path / "sessions").exists()
+
+
+def test_gemini_home_is_a_dot_gemini_under_gemini_cli_home(tmp_path: Path) -> None:
+    person, main = tmp_path / "home", tmp_path / "project"
+    (person / ".gemini").mkdir(parents=True)
+    (person / ".gemini" / "settings.json").write_text("{}")
+    (person / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(tmp_path): "TRUST_FOLDER"}))
+    home = homes.prepare("gemini", tmp_path / "private", main=main, worktree=tmp_path / "wt",
+                         environ={"HOME": str(person)})
+    assert home is not None and home.path.name == ".gemini"
+    assert home.env == {"GEMINI_CLI_HOME": str(home.path.parent)}
+    assert json.loads((home.path / "trustedFolders.json").read_text())[str(tmp_path / "wt")] == "TRUST_FOLDER"
+
+
+@pytest.mark.parametrize("name, before, after, status", [
+    ("settings.json", b'{"model": "a"}', b'{"model": "b"}', "warn"),
+    ("settings.json", b'{"model": "a"}', b'{"model": "a", "hooks": {"SessionStart": []}}', "fail"),
+    (".claude.json", b'{"numStartups": 1}', b'{"numStartups": 2}', "pass"),
+    (".claude.json", b'{"projects": {"/w": {}}}', b'{"projects": {"/w": {"mcpServers": {"x": {}}}}}', "fail"),
+    ("config.toml", b'model = "a"\n', b'model = "a"\nnotify = ["sh", "-c", "x"]\n', "fail"),
+    ("hooks/run.sh", None, b"#!/bin/sh\n", "fail"),
+    ("CLAUDE.md", b"a", b"b", "warn"),
+    ("settings.json", b"{}", b"{not json", "fail"),
+])
+def test_what_the_agent_changed_in_its_home_is_judged(name: str, before: bytes | None, after: bytes,
+                                                      status: str) -> None:
+    result = agent_home.gate({name: before} if before is not None else {}, {name: after})
+    assert result.status == status
+
+
+def test_a_benign_run_of_a_known_agent_passes_with_its_home_untouched(repo: Path, tmp_path: Path) -> None:
+    person = Path(os.environ["HOME"])
+    _lived_in_claude(person, repo)
+    before = _tree_digest(person)
+    agent = write_agent(tmp_path, f"{COMMIT}\n"
+                        "test -f \"$CLAUDE_CONFIG_DIR/.credentials.json\"\n"
+                        "echo '{\"numStartups\": 4}' > \"$CLAUDE_CONFIG_DIR/.claude.json\"\n"
+                        "mkdir -p \"$CLAUDE_CONFIG_DIR/projects\" && echo x > \"$CLAUDE_CONFIG_DIR/projects/s.jsonl\"\n")
+    res = run_exec(repo, agent, "--agent", "claude")
+    assert res.code == 0, res.stdout
+    assert res.status("agent-home") == "pass"
+    assert res.verdict["refusals"] == []
+    assert _tree_digest(person) == before
