@@ -32,6 +32,7 @@ class Home:
     env: dict[str, str]  # the variables that point the agent at it
     seeded_from: Path | None  # the person's home it was copied from (None: fresh)
     watched: tuple[str, ...]  # paths (relative to `path`) whose changes are judged
+    unwatched: tuple[str, ...] = ()  # prefixes below them that the CLI rewrites itself
 
     def read_watched(self) -> dict[str, bytes]:
         """The watched files as they are now (directories walked, links not followed)."""
@@ -43,7 +44,9 @@ class Home:
                     dirs.sort()
                     for file in sorted(files):
                         full = Path(root, file)
-                        found[str(full.relative_to(self.path))] = _read(full)
+                        name = str(full.relative_to(self.path))
+                        if not name.startswith(self.unwatched):
+                            found[name] = _read(full)
             elif os.path.lexists(top):
                 found[name] = _read(top)
         return found
@@ -67,6 +70,7 @@ class _Spec:
     seed: tuple[str, ...]  # what is copied from the person's home
     watched: tuple[str, ...]
     trust: Callable[[Path, Path, Path], None] | None  # (home state dir, main worktree, task worktree)
+    unwatched: tuple[str, ...] = ()
 
 
 def _claude_trust(state: Path, main: Path, worktree: Path) -> None:
@@ -131,6 +135,8 @@ _SPECS = {
               "output-styles", "plugins", "hooks"),
         watched=("settings.json", "settings.local.json", ".claude.json", "CLAUDE.md", "agents", "commands",
                  "skills", "output-styles", "plugins", "hooks"),
+        # A usage queue Claude writes on every first start, not a plugin.
+        unwatched=("plugins/store/",),
         trust=_claude_trust),
     "codex": _Spec(
         variable="CODEX_HOME", default=".codex", subdir="",
@@ -138,6 +144,8 @@ _SPECS = {
               "rules", "skills"),
         watched=("config.toml", "AGENTS.md", "AGENTS.override.md", "instructions.md", "prompts", "rules",
                  "skills", "hooks.json"),
+        # Codex unpacks its built-in skills there on every start.
+        unwatched=("skills/.system/",),
         trust=_codex_trust),
     "gemini": _Spec(
         variable="GEMINI_CLI_HOME", default=".gemini", subdir=".gemini",
@@ -184,7 +192,7 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path,
         if spec.trust is not None:
             spec.trust(state, main, worktree)
     return Home(profile=profile, path=state, env={spec.variable: str(top)}, seeded_from=seeded,
-                watched=spec.watched)
+                watched=spec.watched, unwatched=spec.unwatched)
 
 
 def _copy(src: Path, dst: Path) -> None:

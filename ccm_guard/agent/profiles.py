@@ -14,7 +14,7 @@ import re
 import tomllib
 import urllib.parse
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 PROFILES = ("codex", "claude", "gemini", "aider", "generic")
 
@@ -99,9 +99,33 @@ def with_add_dirs(command: list[str], head: int, task_roots: list[Path]) -> list
     """Codex's own workspace-write sandbox knows nothing of linked worktrees: a commit
     needs the git metadata outside its cwd (docs/design-notes.md#agents-with-a-sandbox-of-their-own).
     Tell it the roots a commit needs besides the worktree."""
-    extra = [arg for root in task_roots[1:] for arg in ("--add-dir", str(root))]
+    return _codex_options(command, head, [arg for root in task_roots[1:] for arg in ("--add-dir", str(root))])
+
+
+OUTER = "danger-full-access"
+
+
+def without_own_sandbox(command: list[str], head: int) -> list[str]:
+    """Codex's workspace-write sandbox cannot run inside ccm-guard's: its bubblewrap must
+    write /proc/self/uid_map, which Landlock keeps read-only, and its legacy Landlock mode
+    refuses to run without bubblewrap. Inside ccm-guard's sandbox, which confines its
+    commands' writes at least as narrowly, codex runs them unsandboxed itself."""
+    args = list(command)
+    for i in range(head, len(args)):
+        if args[i] == "--":
+            break
+        if args[i] in ("-s", "--sandbox") and i + 1 < len(args):
+            args[i + 1] = OUTER
+        elif args[i].startswith("--sandbox="):
+            args[i] = f"--sandbox={OUTER}"
+        elif args[i] in ("-c", "--config") and i + 1 < len(args) and args[i + 1].split("=")[0].strip() == "sandbox_mode":
+            args[i + 1] = f'sandbox_mode="{OUTER}"'  # a later -c would win over the one added in front
+    return _codex_options(args, head, ["-c", f'sandbox_mode="{OUTER}"'])
+
+
+def _codex_options(command: list[str], head: int, options: list[str]) -> list[str]:
     at = head + 1 if len(command) > head and command[head] == "exec" else head
-    return [*command[:at], *extra, *command[at:]]
+    return [*command[:at], *options, *command[at:]]
 
 
 def codex_workspace_write(args: list[str], codex_home: Path | None) -> bool:
@@ -157,18 +181,27 @@ _MODEL_URLS = {
 }
 
 
-def model_ports(profile: str, environ: Mapping[str, str]) -> tuple[int, ...]:
+def model_ports(profile: str, environ: Mapping[str, str], args: Sequence[str] = (),
+                codex_home: Path | None = None) -> tuple[int, ...]:
     """The TCP ports a known agent needs to reach its model: 443, and the port of any base
-    URL its variables name. A generic command gets none: only --allow-port opens one."""
+    URL its variables name (for codex also its `-c …base_url=` options and config.toml's
+    model providers). A generic command gets none: only --allow-port opens one."""
     if profile not in _MODEL_URLS:
         return ()
+    urls = [environ.get(name, "") for name in _MODEL_URLS[profile]]
+    if profile == "codex":
+        urls += [arg.split("=", 1)[1].strip().strip("\"'") for arg in args
+                 if "=" in arg and arg.split("=", 1)[0].strip().endswith("base_url")]
+        providers = _toml(codex_home / "config.toml").get("model_providers") if codex_home else None
+        if isinstance(providers, dict):
+            urls += [p.get("base_url", "") for p in providers.values() if isinstance(p, dict)]
     ports = {443}
-    for name in _MODEL_URLS[profile]:
-        url = environ.get(name)
-        if url:
-            try:
-                parsed = urllib.parse.urlsplit(url)
-                ports.add(parsed.port or (80 if parsed.scheme == "http" else 443))
-            except ValueError:
-                continue
+    for url in urls:
+        if not isinstance(url, str) or not url:
+            continue
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            ports.add(parsed.port or (80 if parsed.scheme == "http" else 443))
+        except ValueError:
+            continue
     return tuple(sorted(ports))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import policy
-from ccm_guard.agent import processes, profiles, runner
+from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.copy.apply import CopyApplied, apply_copy, discard_copy, restore_copy
 from ccm_guard.copy.gates import BRANCH, CopyVerdict, judge_copy
@@ -71,12 +71,13 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
         # As the git strategy does with its worktree, with the copy as the task's one root.
         confine, described, _ = prevention.landlock(
             opts.sandbox, opts.no_network, lambda: [plan.copy], private,
-            ports=(*opts.allow_ports, *profiles.model_ports(who.profile, os.environ)))
+            ports=(*opts.allow_ports, *who.ports()))
     except BaseException:
         _abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
     marker = f"{task.id}:{secrets.token_hex(8)}"
-    env = {**_agent_env(opts, task.id, plan.copy, private, marker), **who.env}
+    env = {**_agent_env(opts, task.id, plan.copy, private, marker), **who.env,
+           **(prevention.sandboxed_caches(private) if confine is not None else {})}
     registry.move(task.id, "ACTIVE")
     processes.become_subreaper()
     since = processes.now_ticks()

@@ -29,6 +29,10 @@ _SENSITIVE = {
     # Gemini CLI: settings.json
     "tools", "mcp", "security", "hooksConfig", "extensions", "advanced",
 }
+# Variables a CLI puts into its own settings' `env` (Claude moves a legacy `autoUpdates`
+# there on start): they switch things off and steer nothing.
+_QUIET_ENV = frozenset({"DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING",
+                        "DISABLE_BUG_COMMAND", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"})
 # Directories whose files are commands, rules or code the CLI loads.
 _SENSITIVE_DIRS = ("hooks/", "rules/", "plugins/", "extensions/", "policies/")
 
@@ -72,6 +76,11 @@ def _changed_keys(name: str, old: bytes | None, new: bytes | None) -> set[str] |
     except ValueError:
         return {"(unparsable)"} | _SENSITIVE  # a file the CLI cannot read either: treat as the worst
     keys = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    env_a, env_b = a.get("env", {}), b.get("env", {})
+    if "env" in keys and isinstance(env_a, dict) and isinstance(env_b, dict):
+        names = {k for k in set(env_a) | set(env_b) if env_a.get(k) != env_b.get(k)}
+        if names <= _QUIET_ENV:
+            keys = (keys - {"env"}) | {f"env.{name}" for name in names}
     projects_a, projects_b = a.get("projects"), b.get("projects")
     if "projects" in keys and isinstance(projects_a, dict) and isinstance(projects_b, dict):
         keys.discard("projects")

@@ -26,6 +26,7 @@ agent LC_MESSAGES=C if it wants recovery to work under another language.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from pathlib import Path
@@ -103,26 +104,31 @@ def _admin_dir_of(lock: Path, common: Path) -> Path | None:
     return worktrees / lock.relative_to(worktrees).parts[0]
 
 
-def find_in_shim_records(records: list[dict[str, object]], git_dirs: list[Path]) -> Signature | None:
-    """The same finding, from the git shim's own record of a failed write (CCM_GUARD_GITLOG).
+_NO_IDENTITY = re.compile(r"unable to auto-detect email address|empty ident name|Author identity unknown"
+                          r"|Please tell me who you are|no (email|name) was given and auto-detection is disabled")
 
-    An agent's CLI may keep git's stderr to itself (codex exec does), but the shim ran
-    that git, saw it fail, and found the task's git metadata not writable: a record
-    {"event": "git-failed", "status": N, "argv": [...], "denied": PATH, "reason": TEXT}.
-    The agent can write that file too, so it is held to the same rules as a line of
-    output: a denied path inside this task's git dirs, one of the three reasons.
-    """
-    dirs = [Path(os.path.realpath(d)) for d in git_dirs]
-    for record in records:
-        denied, why, argv = record.get("denied"), record.get("reason"), record.get("argv")
-        if record.get("event") != "git-failed" or not isinstance(denied, str) or not isinstance(why, str):
+
+def identity_missing(errors: str) -> bool:
+    """Whether one of the agent's git commands failed for want of an identity."""
+    return _NO_IDENTITY.search(errors) is not None
+
+
+def git_errors(trace: str) -> str:
+    """The errors in git's trace2 event stream (GIT_TRACE2_EVENT), as git printed them.
+
+    Every git the agent ran, however it was started, logs its die()/error() messages there
+    even when the agent's CLI keeps git's stderr to itself (codex exec shows it only to the
+    model). The agent can write that file too, so its lines are held to the same rules as
+    its output."""
+    lines = []
+    for raw in trace.splitlines():
+        if '"event":"error"' not in raw:
             continue
-        reason = next((r for r in REASONS if r in why), None)
-        if reason is None or not denied.startswith("/"):
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError:
             continue
-        path = _real_lock(denied)
-        if _belongs(path, dirs):
-            words = " ".join(str(a) for a in argv) if isinstance(argv, list) else "?"
-            line = f"git {words} failed (exit {record.get('status')}): {path} is not writable: {reason}"
-            return Signature(line[:500], path, reason)
-    return None
+        message = event.get("msg") if isinstance(event, dict) else None
+        if isinstance(message, str):
+            lines.append(f"fatal: {message}")
+    return "\n".join(lines)

@@ -55,11 +55,7 @@ def person_identity(directory: Path) -> dict[str, str]:
     """Who commits in `directory` as the person's git sees it: user.name and user.email from
     their config (includeIf conditions evaluated there), as the GIT_AUTHOR_*/GIT_COMMITTER_*
     variables; those already in the environment win. Empty when nothing says who."""
-    found = {}
-    for key in ("name", "email"):
-        res = run(["config", "--get", f"user.{key}"], cwd=directory, check=False, person_config=True)
-        if res.returncode == 0 and res.out.strip():
-            found[key] = res.out.strip()
+    found = {key: person_value(directory, f"user.{key}") for key in ("name", "email")}
     identity = {}
     for role in ("AUTHOR", "COMMITTER"):
         for key in ("name", "email"):
@@ -68,6 +64,22 @@ def person_identity(directory: Path) -> dict[str, str]:
             if value:
                 identity[name] = value
     return identity
+
+
+def person_value(directory: Path, key: str, *, path: bool = False) -> str | None:
+    """One config value as the person's own git sees it in `directory` (None when unset)."""
+    res = run(["config", *(("--type=path",) if path else ()), "--get", key], cwd=directory, check=False,
+              person_config=True)
+    return res.out.strip() or None if res.returncode == 0 else None
+
+
+def person_excludes(directory: Path) -> Path:
+    """The person's global ignore file: core.excludesFile, or git's default place for it."""
+    named = person_value(directory, "core.excludesFile", path=True)
+    if named:
+        return Path(directory, named)
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(xdg, "git", "ignore")
 
 
 def global_config_files() -> list[Path]:

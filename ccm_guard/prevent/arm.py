@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ccm_guard import git
-from ccm_guard.git import config as configfile
 from ccm_guard.agent import homes
-from ccm_guard.agent.profiles import PROFILES, Launch, codex_workspace_write, launch_of, model_ports, with_add_dirs
+from ccm_guard.agent.profiles import (
+    PROFILES,
+    Launch,
+    codex_workspace_write,
+    launch_of,
+    model_ports,
+    with_add_dirs,
+    without_own_sandbox,
+)
 from ccm_guard.errors import UsageError
+from ccm_guard.git import config as configfile
 from ccm_guard.policy import Role
 from ccm_guard.prevent import hooks as install
 from ccm_guard.prevent import roots, sandbox
@@ -44,6 +52,11 @@ class Agent:
     def profile(self) -> str:
         return self.launch.profile
 
+    def ports(self) -> tuple[int, ...]:
+        """The ports its model needs, for --no-network."""
+        return model_ports(self.profile, os.environ, self.command[self.launch.head:],
+                           self.home.path if self.home else None)
+
 
 @dataclasses.dataclass
 class Armed:
@@ -53,7 +66,7 @@ class Armed:
     sandbox: str  # what ran: "landlock ABI 7", "none (...)", ...
     agent: Agent
     refusal_log: Path
-    git_log: Path  # the shim's record of git writes that failed on unwritable metadata
+    git_log: Path  # git's trace2 events from the agent's git processes
     writable: list[Path]  # what the agent may write under the sandbox
     notes: tuple[str, ...] = ()  # for the verdict (no git identity, ...)
 
@@ -111,7 +124,11 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     private = log_dir / "agent"  # the agent's own writable corner: temp files, its home, the refusal log
     (private / "tmp").mkdir(parents=True, exist_ok=True)
     refusal_log = private / "refusals.jsonl"
-    git_log = private / "git-failures.jsonl"
+    # git's own trace2 events, from every git the agent runs (through the shim, by path, from
+    # a login shell that reset PATH): its errors are what recovery reads when the agent's CLI
+    # keeps git's stderr to itself. Under TMPDIR: an agent with a sandbox of its own (codex)
+    # still lets its commands write there.
+    git_log = private / "tmp" / "ccm-guard-git-trace2.jsonl"
     shim_dir = _install_shim(log_dir / "bin")
     with admin_lock(pins.common_dir):
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
@@ -122,39 +139,59 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
         "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
         "CCM_GUARD_REAL_GIT": git.binary(), "CCM_GUARD_BRANCH": task.branch, "CCM_GUARD_LOG": str(refusal_log),
         "CCM_GUARD_ALLOW": " ".join(role.git_allow), "TMPDIR": str(private / "tmp"),
-        "CCM_GUARD_GITLOG": str(git_log), "CCM_GUARD_PROBES": _probes(pins, task.branch),
+        "GIT_TRACE2_EVENT": str(git_log), "GIT_TRACE2_EVENT_BRIEF": "true",
         # git's messages in English, so the blocked-commit signature can be recognised.
         "LC_MESSAGES": "C",
         **who.env,
     }
-    identity, notes = _identity(Path(task.main_worktree), pins.worktree)
-    env.update(identity)
+    notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile, private=private)
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
-                                            private, ports=(*allow_ports, *model_ports(who.profile, os.environ)))
+                                            private, ports=(*allow_ports, *who.ports()))
+    if confine is not None:
+        env.update(sandboxed_caches(private))
     command = who.command
     if who.profile == "codex" and codex_workspace_write(command[who.launch.head:], who.home.path if who.home else None):
-        command = with_add_dirs(command, who.launch.head, writable or roots.writable_roots(pins.worktree))
+        if confine is None:
+            command = with_add_dirs(command, who.launch.head, roots.writable_roots(pins.worktree))
+        else:
+            command = without_own_sandbox(command, who.launch.head)
+            notes += (f"codex's own workspace-write sandbox cannot run inside ccm-guard's (its bubblewrap needs "
+                      f"to write /proc/self/uid_map): ccm-guard's sandbox ({described}) confines its commands "
+                      "instead; their network is open unless you pass --no-network",)
     return Armed(command, env, confine, described, who, refusal_log, git_log, writable, notes)
 
 
-def _probes(pins: Pins, branch: str) -> str:
-    """Existing files a commit must write (the task's index, HEAD, branch ref), for the shim
-    to try after a failed git write: one that is not writable is the sandbox's doing."""
-    found = [pins.admin_dir / "index", pins.admin_dir / "HEAD", pins.common_dir / "refs" / "heads" / branch]
-    return ":".join(str(p) for p in found if p.is_file() and ":" not in str(p))
+WORKTREE_KEYS = ("user.name", "user.email", "core.excludesFile")
 
 
-def _identity(main: Path, worktree: Path) -> tuple[dict[str, str], tuple[str, ...]]:
-    """Who the agent's commits are by: the person's identity as git sees it in their own
-    checkout. Set for the agent only where the task's worktree would see another (an
-    includeIf on the checkout's path) or none; said plainly when there is none at all."""
-    person = configfile.person_identity(main)
-    if not {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"} <= set(person):
-        return {}, ("git has no identity for commits here (user.name/user.email unset, no GIT_AUTHOR_NAME/EMAIL): "
-                    "the agent's commits fail with 'Author identity unknown' unless git can guess one; set them with "
-                    "git config --global user.name 'Your Name' and git config --global user.email you@example.com",)
-    seen = configfile.person_identity(worktree)
-    return {k: v for k, v in person.items() if seen.get(k) != v}, ()
+def _configure_worktree(pins: Pins, *, main: Path, profile: str, private: Path) -> tuple[str, ...]:
+    """The task's own config (config.worktree, read before any global file by the agent's
+    git): the person's identity as their git sees it in their checkout, so the agent's
+    commits are theirs even where identity came from the environment or an includeIf on
+    the checkout's path (aider, finding none, would write "Your Name" into the shared
+    config); and, for aider, an ignore file that adds its tags cache to the person's own
+    global ignores. Returns notes for the verdict."""
+    settings: list[tuple[str, str]] = []  # only WORKTREE_KEYS: disarm takes them out again
+    identity = configfile.person_identity(main)
+    notes: tuple[str, ...] = ()
+    if {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"} <= set(identity):
+        settings += [("user.name", identity["GIT_AUTHOR_NAME"]), ("user.email", identity["GIT_AUTHOR_EMAIL"])]
+    else:
+        notes = ("git has no identity for commits here (user.name/user.email unset, no GIT_AUTHOR_NAME/EMAIL): "
+                 "the agent's commits fail with 'Author identity unknown' unless git can guess one; set them with "
+                 "git config --global user.name 'Your Name' and git config --global user.email you@example.com",)
+    if profile == "aider":
+        excludes = private / "git-excludes"
+        try:
+            person = configfile.person_excludes(main).read_bytes()
+        except OSError:
+            person = b""
+        excludes.write_bytes(person + b"\n# aider's repository map cache (ccm-guard)\n/.aider.tags.cache.v4/\n")
+        settings.append(("core.excludesFile", str(excludes)))
+    with admin_lock(pins.common_dir):
+        for key, value in settings:
+            configfile.config_file_set(pins.admin_dir / "config.worktree", key, value)
+    return notes
 
 
 def _install_shim(directory: Path) -> Path:
@@ -163,6 +200,14 @@ def _install_shim(directory: Path) -> Path:
     shutil.copyfile(data_file("shims", "git"), directory / "git")
     (directory / "git").chmod(0o755)
     return directory
+
+
+def sandboxed_caches(private: Path) -> dict[str, str]:
+    """Under the sandbox $HOME is read-only, so the caches tools keep there (pip, go, npm,
+    and whatever follows XDG) move to the task's private directory: cold, but writable."""
+    cache = private / "cache"
+    cache.mkdir(exist_ok=True)
+    return {"XDG_CACHE_HOME": str(cache), "npm_config_cache": str(cache / "npm")}
 
 
 def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[Path]], private: Path, *,
@@ -201,7 +246,14 @@ def read_records(log: Path) -> list[dict[str, object]]:
 
 
 def disarm(pins: Pins) -> None:
-    """Remove the task's hooks before its worktree goes; the shared setting stays (other
-    tasks, running now, rely on extensions.worktreeConfig)."""
+    """Remove the task's hooks and its own config before its worktree goes (a pooled one
+    goes back with an admin dir of everyday files); the shared setting stays (other tasks,
+    running now, rely on extensions.worktreeConfig)."""
+    config = pins.admin_dir / "config.worktree"
     with admin_lock(pins.common_dir):
+        if config.is_file():
+            for key in WORKTREE_KEYS:
+                configfile.config_file_set(config, key, None)
         install.uninstall_worktree(pins.worktree, restore_shared=False)
+        if config.is_file() and not configfile.config_entries(config):
+            config.unlink()

@@ -24,7 +24,13 @@ from ccm_guard.git import layout
 from ccm_guard.policy import Role
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.run.dispose import dispose
-from ccm_guard.run.judge import judge, main_files, recover_blocked_commit, snapshot
+from ccm_guard.run.judge import (
+    identity_note,
+    judge,
+    main_files,
+    recover_blocked_commit,
+    snapshot,
+)
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree.sparse import sparse_role
@@ -141,6 +147,9 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     verdict.refusals = prevention.read_records(armed.refusal_log)
     verdict.question = read_question(pins.worktree)
     verdict.notes = list(ready.notes)
+    identity = identity_note(armed.git_log)
+    if identity and not any("no identity for commits" in note for note in verdict.notes):
+        verdict.notes.append(identity)
     if opts.snapshot_every is None:
         opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)
     try:

@@ -17,7 +17,6 @@ from ccm_guard.detect.verdict import Checks, Recovered, Verdict
 from ccm_guard.errors import GitError
 from ccm_guard.git import config as configfile
 from ccm_guard.policy import Role
-from ccm_guard.prevent.arm import read_records
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
 
@@ -32,10 +31,8 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
     """
     if not verdict.git_trusted:
         return None
-    text = "\n".join(_tail(Path(p)) for p in (*logs, str(refusal_log)))
-    git_dirs = [pins.admin_dir, pins.common_dir]
-    found = signatures.find_blocked_commit(text, git_dirs) or signatures.find_in_shim_records(
-        read_records(git_log), git_dirs)
+    text = "\n".join([*(_tail(Path(p)) for p in (*logs, str(refusal_log))), signatures.git_errors(_tail(git_log, 8 << 20))])
+    found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
     if found is None:
         return None
     from ccm_guard.policy.rules import Rules
@@ -48,6 +45,15 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
         return None
     return Recovered(reason="sandbox blocked commit", line=found.line, commit=result.commit,
                      committed=result.committed, left_uncommitted=result.refused, warning=result.warning)
+
+
+def identity_note(git_log: Path) -> str | None:
+    """What to do when the agent's commit failed because git did not know who commits."""
+    if not signatures.identity_missing(signatures.git_errors(_tail(git_log, 8 << 20))):
+        return None
+    return ("the agent's commit failed: git has no identity for it (Author identity unknown); set yours with "
+            "git config --global user.name 'Your Name' and git config --global user.email you@example.com, "
+            "or give GIT_AUTHOR_NAME/GIT_AUTHOR_EMAIL in the environment, then run the task again")
 
 
 def _tail(path: Path, limit: int = 1 << 20) -> str:

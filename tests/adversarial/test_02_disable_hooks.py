@@ -25,7 +25,7 @@ FORBIDDEN = "echo '* filter=evil' > .gitattributes; git add .gitattributes"
 
 def test_no_verify_is_refused_by_the_shim(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"{FORBIDDEN}\ngit commit -q --no-verify -m attrs || true\ngit commit -q -m attrs || true")
-    res = run_exec(repo, agent, "--task", "nv", "--no-require-commit")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "nv", "--no-require-commit")
     assert ".gitattributes" not in branch_files(repo, "ccm/nv")
     assert [r["op"] for r in refusals(res)] == ["no-verify", "path-policy"]  # the shim, then the hook
     assert res.code == 1 and res.status("path-policy") == "fail"  # still staged: the gate names it
@@ -33,7 +33,7 @@ def test_no_verify_is_refused_by_the_shim(repo: Path, tmp_path: Path) -> None:
 
 def test_no_verify_with_the_real_git_commits_and_path_policy_fails(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f'{FORBIDDEN}\n"$CCM_GUARD_REAL_GIT" commit -q --no-verify -m attrs')
-    res = run_exec(repo, agent, "--task", "nvr")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "nvr")
     assert ".gitattributes" in branch_files(repo, "ccm/nvr")
     assert not refusals(res)
     assert res.code == 1 and ".gitattributes" in all_paths(res, "path-policy")
@@ -42,7 +42,7 @@ def test_no_verify_with_the_real_git_commits_and_path_policy_fails(repo: Path, t
 def test_hooks_path_in_the_shared_config_does_not_switch_off_the_tasks_hooks(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"rgit config core.hooksPath /dev/null\n{FORBIDDEN}\ngit commit -q -m attrs || true\n"
                         "git reset -q; rm .gitattributes\n" + COMMIT)
-    res = run_exec(repo, agent, "--task", "hp")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "hp")
     assert git(repo, "config", "core.hooksPath") == "/dev/null"  # the attack happened
     assert [r["op"] for r in refusals(res)] == ["path-policy"]  # the worktree's own setting won
     assert ".gitattributes" not in branch_files(repo, "ccm/hp")
@@ -55,7 +55,7 @@ def test_hooks_path_in_the_global_config_is_reported(repo: Path, tmp_path: Path)
     hooks = tmp_path / "evil-hooks"
     marker_script(hooks, marker, "pre-commit")
     agent = write_agent(tmp_path, f"{COMMIT}\nprintf '[core]\\n\\thooksPath = {hooks}\\n' >> \"$HOME/.gitconfig\"")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     gitconfig = Path(os.environ["HOME"], ".gitconfig")
     assert res.code == 1 and res.status("git-metadata") == "fail"
     assert f"{gitconfig} was modified: DANGEROUS (runs code or steers git) core.hookspath" in res.reasons("git-metadata")
@@ -68,7 +68,7 @@ def test_include_if_in_the_shared_config_is_dangerous(repo: Path, tmp_path: Path
     agent = write_agent(tmp_path, f"""{COMMIT}
 printf '[core]\\n\\thooksPath = /dev/null\\n' > "$TMPDIR/inc.cfg"
 rgit config 'includeIf.gitdir:/.path' "$TMPDIR/inc.cfg" """)
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert plain_git(repo, "config", "core.hooksPath").stdout.strip() == "/dev/null"  # it takes effect
     assert res.code == 1
     assert "DANGEROUS (runs code or steers git) includeif.gitdir:/.path" in res.reasons("git-metadata")
@@ -81,7 +81,7 @@ def _task_hooks(res_worktree: Path) -> Path:
 
 def test_deleting_the_tasks_pre_commit_hook_lets_a_commit_through_and_is_reported(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f'rm "$(git config --get core.hooksPath)/pre-commit"\n{FORBIDDEN}\ngit commit -q -m attrs')
-    res = run_exec(repo, agent, "--task", "rmhook")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "rmhook")
     hooks = _task_hooks(Path(res.verdict["worktree"]))
     assert not (hooks / "pre-commit").exists() and ".gitattributes" in branch_files(repo, "ccm/rmhook")
     assert res.code == 1 and ".gitattributes" in all_paths(res, "path-policy")
@@ -91,7 +91,7 @@ def test_deleting_the_tasks_pre_commit_hook_lets_a_commit_through_and_is_reporte
 def test_chmod_of_the_tasks_hook_is_reported(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f'chmod -x "$(git config --get core.hooksPath)/pre-commit"\n{FORBIDDEN}\n'
                         'git commit -q -m attrs 2>/dev/null')
-    res = run_exec(repo, agent, "--task", "chmodhook")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "chmodhook")
     hooks = _task_hooks(Path(res.verdict["worktree"]))
     assert not os.access(hooks / "pre-commit", os.X_OK) and ".gitattributes" in branch_files(repo, "ccm/chmodhook")
     assert res.code == 1 and ".gitattributes" in all_paths(res, "path-policy")
@@ -101,7 +101,7 @@ def test_chmod_of_the_tasks_hook_is_reported(repo: Path, tmp_path: Path) -> None
 def test_editing_the_tasks_config_worktree_is_dangerous(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""printf '[core]\\n\\thooksPath = /dev/null\\n' > "$(git rev-parse --git-dir)/config.worktree"
 {FORBIDDEN}; git commit -q -m attrs""")
-    res = run_exec(repo, agent, "--task", "cfgwt")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "cfgwt")
     assert ".gitattributes" in branch_files(repo, "ccm/cfgwt") and not refusals(res)
     assert res.code == 1
     assert "worktrees/cfgwt/config.worktree was modified: DANGEROUS (runs code or steers git) core.hookspath" \
@@ -111,7 +111,7 @@ def test_editing_the_tasks_config_worktree_is_dangerous(repo: Path, tmp_path: Pa
 
 def test_unsetting_extensions_worktree_config_is_dangerous(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"rgit config --unset extensions.worktreeConfig\n{FORBIDDEN}\ngit commit -q -m attrs")
-    res = run_exec(repo, agent, "--task", "ext")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "ext")
     assert ".gitattributes" in branch_files(repo, "ccm/ext") and not refusals(res)  # the hooks were gone
     assert res.code == 1
     assert "DANGEROUS (runs code or steers git) extensions.worktreeconfig: 'true' -> (unset)" in res.reasons("git-metadata")
@@ -120,7 +120,7 @@ def test_unsetting_extensions_worktree_config_is_dangerous(repo: Path, tmp_path:
 def test_the_persons_skip_switch_set_by_the_agent_is_ignored_by_the_hooks(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"{FORBIDDEN}\nCCM_GUARD_SKIP=1 git commit -q -m attrs || true\n"
                         "git reset -q; rm .gitattributes\n" + COMMIT)
-    res = run_exec(repo, agent, "--task", "skip")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "skip")
     assert ".gitattributes" not in branch_files(repo, "ccm/skip")
     assert [r["op"] for r in refusals(res)] == ["path-policy"]
     assert res.code == 0
@@ -133,7 +133,7 @@ CCM_GUARD_HOOK_CHAIN="pre-commit:/elsewhere" git commit -q -m attrs || true
 CCM_GUARD_HOOK_CHAIN="pre-commit:$hooks/pre-commit:/x" git commit -q -m attrs || true
 git reset -q; rm .gitattributes
 {COMMIT}""")
-    res = run_exec(repo, agent, "--task", "chain")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "chain")
     assert ".gitattributes" not in branch_files(repo, "ccm/chain")
     assert [r["op"] for r in refusals(res)] == ["path-policy", "path-policy"]
     assert res.code == 0

@@ -17,7 +17,7 @@ from conftest import ExecResult, git, marker_script, run_exec, write_agent
 def finished_task(repo: Path, tmp_path: Path, name: str = "done") -> ExecResult:
     """A task that passed and is kept for review: its own gates will not run again."""
     agent = write_agent(tmp_path, f'echo "{name} work" > {name}.txt; git add -A; git commit -q -m "{name} work"', f"{name}.sh")
-    res = run_exec(repo, agent, "--task", name)
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", name)
     assert res.code == 0, res.stdout
     return res
 
@@ -39,7 +39,7 @@ def test_writing_into_the_persons_checkout_by_absolute_path(repo: Path, tmp_path
 def test_pushing_into_main_through_the_shim_is_refused(repo: Path, tmp_path: Path) -> None:
     main = git(repo, "rev-parse", "main")
     agent = write_agent(tmp_path, f"{COMMIT}\ngit push -q . HEAD:main || true")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "rev-parse", "main") == main
     assert [r["op"] for r in refusals(res)] == ["remote"]
     assert res.code == 0
@@ -53,7 +53,7 @@ def test_pushing_into_the_persons_branch_with_the_real_git_fails_refs_untouched(
     agent = write_agent(tmp_path, f"""{COMMIT}
 rgit push -q . HEAD:refs/heads/release 2>/dev/null && echo FIRST PUSH WENT THROUGH >&2
 rgit push -q --receive-pack='git -c core.hooksPath=/dev/null receive-pack' . HEAD:refs/heads/release""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert "FIRST PUSH WENT THROUGH" not in res.stderr
     assert [r["hook"] for r in refusals(res)] == ["reference-transaction"]
     assert git(repo, "rev-parse", "release") == res.verdict["head"] != before
@@ -66,7 +66,7 @@ def test_committing_onto_a_finished_tasks_branch(repo: Path, tmp_path: Path) -> 
     agent = write_agent(tmp_path, f"""{COMMIT}
 evil=$(git commit-tree $(git write-tree) -p {done.verdict['head']} -m 'sneaked into done')
 rgit update-ref refs/heads/ccm/done "$evil" """)
-    res = run_exec(repo, agent, "--task", "attacker")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "attacker")
     assert git(repo, "log", "-1", "--format=%s", "ccm/done") == "sneaked into done"
     assert res.code == 1 and res.status("refs-untouched") == "fail"
     assert "refs/heads/ccm/done moved" in res.reasons("refs-untouched")
@@ -75,7 +75,7 @@ rgit update-ref refs/heads/ccm/done "$evil" """)
 def test_deleting_a_finished_tasks_branch(repo: Path, tmp_path: Path) -> None:
     finished_task(repo, tmp_path)
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit update-ref -d refs/heads/ccm/done")
-    res = run_exec(repo, agent, "--task", "attacker")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "attacker")
     assert git(repo, "rev-parse", "--verify", "--quiet", "refs/heads/ccm/done", check=False) == ""
     assert res.code == 1
     assert "refs/heads/ccm/done was deleted" in res.reasons("refs-untouched")
@@ -84,7 +84,7 @@ def test_deleting_a_finished_tasks_branch(repo: Path, tmp_path: Path) -> None:
 def test_removing_a_finished_tasks_worktree(repo: Path, tmp_path: Path) -> None:
     done = finished_task(repo, tmp_path)
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit worktree remove --force {done.verdict['worktree']}")
-    res = run_exec(repo, agent, "--task", "attacker")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "attacker")
     assert not Path(done.verdict["worktree"]).exists()
     assert res.code == 1 and res.status("git-metadata") == "fail"
     assert "worktrees/done" in " ".join(all_paths(res, "git-metadata"))
@@ -96,7 +96,7 @@ def test_planting_a_hook_path_in_a_finished_tasks_config_worktree(repo: Path, tm
     done = finished_task(repo, tmp_path)
     target = repo / ".git/worktrees/done/config.worktree"
     agent = write_agent(tmp_path, f"{COMMIT}\nprintf '[core]\\n\\thooksPath = {tmp_path}/evil-hooks\\n' > {target}")
-    res = run_exec(repo, agent, "--task", "attacker")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "attacker")
     assert res.code == 1
     assert "worktrees/done/config.worktree was modified: DANGEROUS (runs code or steers git) core.hookspath" \
         in res.reasons("git-metadata")
@@ -108,7 +108,7 @@ def test_creating_a_worktree_is_refused_by_the_shim_and_reported_with_the_real_g
     agent = write_agent(tmp_path, f"""{COMMIT}
 git worktree add -q -b escape {tmp_path}/escape-shim || true
 rgit worktree add -q -b escape {tmp_path}/escape""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert (tmp_path / "escape").is_dir() and not (tmp_path / "escape-shim").exists()
     assert [r["op"] for r in refusals(res)] == ["worktree"]
     assert res.code == 1
@@ -119,7 +119,7 @@ rgit worktree add -q -b escape {tmp_path}/escape""")
 def test_deleting_the_persons_tag(repo: Path, tmp_path: Path) -> None:
     git(repo, "tag", "v1.0")
     agent = write_agent(tmp_path, f"{COMMIT}\ngit tag -d v1.0 || true\nrgit tag -d v1.0")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "tag", "-l") == ""
     assert [r["op"] for r in refusals(res)] == ["ref-write"]
     assert res.code == 1 and "refs/tags/v1.0 was deleted" in res.reasons("refs-untouched")

@@ -35,7 +35,7 @@ KEYS = {
 def test_code_running_key_in_the_shared_config_is_named(repo: Path, tmp_path: Path, key: str) -> None:
     value = KEYS[key]
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit config {key} \"{value}\"")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert plain_git(repo, "config", "--get", key).stdout.strip() == value  # live for the person's git
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) {key}: (unset) -> {value!r}" in res.reasons("git-metadata")
@@ -46,7 +46,7 @@ def test_hook_planted_in_the_shared_hooks_dir_as_a_symlink(repo: Path, tmp_path:
     marker = tmp_path / "marker"
     script = marker_script(tmp_path / "scripts", marker, "post-checkout")
     agent = write_agent(tmp_path, f"{COMMIT}\nmkdir -p {repo}/.git/hooks; ln -s {script} {repo}/.git/hooks/post-checkout")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert res.code == 1 and "hooks/post-checkout was added" in res.reasons("git-metadata")
     assert not marker.exists()
     plain_git(repo, "checkout", "-q", "-b", "later")
@@ -56,7 +56,7 @@ def test_hook_planted_in_the_shared_hooks_dir_as_a_symlink(repo: Path, tmp_path:
 def test_gitmodules_with_a_command_update_is_forbidden(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, """printf '[submodule "x"]\\n\\tpath = x\\n\\turl = ext::sh -c evil\\n\\tupdate = !sh -c evil\\n' > .gitmodules
 git add .gitmodules; rgit commit -q -m modules""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert res.code == 1
     assert ".gitmodules" in all_paths(res, "path-policy")
 
@@ -64,7 +64,7 @@ git add .gitmodules; rgit commit -q -m modules""")
 def test_a_nested_repository_pointing_at_the_persons_git_dir(repo: Path, tmp_path: Path) -> None:
     """`sub/.git` a symlink to the person's own .git: `cd sub && git ...` works on their repository."""
     agent = write_agent(tmp_path, f"{COMMIT}\nmkdir sub; ln -s {repo}/.git sub/.git")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     worktree = Path(res.verdict["worktree"])
     assert plain_git(worktree / "sub", "rev-parse", "--absolute-git-dir").stdout.strip() == str(repo / ".git")
     assert res.code == 1
@@ -78,7 +78,7 @@ echo 'ref: refs/heads/main' > tools.git/HEAD
 printf '[core]\\n\\tbare = true\\n[alias]\\n\\tst = !echo ran >> {marker}\\n' > tools.git/config
 : > tools.git/objects/info/.keep; : > tools.git/refs/heads/.keep
 git add -A; git commit -q -m 'vendor the tools'""")
-    res = run_exec(repo, agent, "--task", "bare")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "bare")
     assert "tools.git/config" in git(repo, "ls-tree", "-r", "--name-only", "ccm/bare")
     assert res.code == 1 and res.status("path-policy") == "fail"
     assert "1 git repository added as plain files" in res.reasons("path-policy")
@@ -104,7 +104,7 @@ def test_executable_project_content_is_reported_even_when_the_role_allows_it(
     (tmp_path / "content").write_text(PROJECT_FILES[path])
     agent = write_agent(tmp_path, f"""mkdir -p "$(dirname {path})"; cp {tmp_path}/content {path}
 git add -A; git commit -q -m 'add {path}'""")
-    res = run_exec(repo, agent, "--task", "proj")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "proj")
     assert git(repo, "show", f"ccm/proj:{path}") == PROJECT_FILES[path].rstrip("\n")
     # The implementor may change it (a warning, not a failure), and the reviewer is told.
     assert res.status("path-policy") == "warn"

@@ -33,7 +33,7 @@ def test_test_writer_edits_source_through_a_symlink_in_tests(repo: Path, tmp_pat
     agent = write_agent(tmp_path, """mkdir -p tests; ln -s ../src/app.py tests/app_link.py
 echo 'print("patched")' > tests/app_link.py
 git add tests/app_link.py; git commit -q -m 'a test helper' || rgit commit -q -m 'a test helper'""")
-    res = run_exec(repo, agent, "--role", "test-writer", "--task", "tw")
+    res = run_exec(repo, agent, "--sandbox", "none", "--role", "test-writer", "--task", "tw")
     assert [r["hook"] for r in res.verdict["refusals"]] == ["pre-commit"]  # the hook said no first
     assert git(repo, "show", "ccm/tw:tests/app_link.py") == "../src/app.py"  # the committed symlink
     assert (Path(res.verdict["worktree"]) / "src/app.py").read_text() == 'print("patched")\n'  # written through it
@@ -50,7 +50,7 @@ def test_forbidden_file_deleted_and_readded_in_two_commits(repo: Path, tmp_path:
     git(repo, "commit", "-q", "-m", "ignore build")
     agent = write_agent(tmp_path, """git rm -q --cached .gitignore; rgit commit -q -m 'drop it'
 echo '*' > .gitignore; git add -f .gitignore; rgit commit -q -m 'put it back'""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert res.code == 1
     findings = [f for f in res.gate("path-policy")["findings"] if f["paths"] == [".gitignore"]]
     assert len(findings) == 2
@@ -64,7 +64,7 @@ echo '* filter=evil' > .gitattributes; git add .gitattributes
 side=$(git commit-tree $(git write-tree) -p {base} -m 'side')
 merge=$(git commit-tree $(git write-tree) -p HEAD -p $side -m 'Merge branch side')
 rgit reset -q --hard $merge""")
-    res = run_exec(repo, agent, "--task", "merge")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "merge")
     assert git(repo, "rev-list", "--count", "--merges", f"{base}..ccm/merge") == "1"
     assert ".gitattributes" in git(repo, "ls-tree", "--name-only", "ccm/merge")
     assert res.code == 1
@@ -74,7 +74,7 @@ rgit reset -q --hard $merge""")
 def test_gitattributes_in_a_test_directory_is_still_a_control_path(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, """mkdir -p tests; echo '*.py filter=evil' > tests/.gitattributes
 echo 'def test_x(): pass' > tests/test_x.py; git add tests; rgit commit -q -m tests""")
-    res = run_exec(repo, agent, "--role", "test-writer")
+    res = run_exec(repo, agent, "--sandbox", "none", "--role", "test-writer")
     assert res.code == 1
     assert all_paths(res, "path-policy") == ["tests/.gitattributes"]
 
@@ -86,6 +86,6 @@ def test_control_file_twin_on_hfs_or_ntfs(repo: Path, tmp_path: Path, name: str)
     # Hooks off (rgit): with them on, the pre-commit hook already refuses the commit.
     agent = write_agent(tmp_path, f"""name=$(cat {tmp_path}/name); echo '* filter=evil' > "$name"
 rgit add -A; rgit commit -q -m attrs""")
-    res = run_exec(repo, agent, "--task", "twin")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "twin")
     assert name in git(repo, "ls-tree", "-z", "--name-only", "ccm/twin").split("\0")
     assert res.code == 1 and res.status("path-policy") == "fail"

@@ -28,7 +28,7 @@ setsid -f env -i PATH=/usr/bin:/bin sh -c 'cd /; echo $$ > {pidfile}
   sleep 0.5; git -C {repo} -c core.hooksPath=/dev/null update-ref refs/heads/main refs/heads/ccm/late' \\
   < /dev/null > /dev/null 2>&1
 while [ ! -s {pidfile} ]; do sleep 0.02; done""")
-    res = run_exec(repo, agent, "--task", "late")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "late")
     time.sleep(1.5)  # longer than the waiter would have waited
     assert git(repo, "rev-parse", "main") == main
     assert not alive(int(pidfile.read_text()), "sh")
@@ -40,7 +40,7 @@ def test_a_renamed_process_that_ignores_term_is_killed_and_named(repo: Path, tmp
     agent = write_agent(tmp_path, f"""{COMMIT}
 setsid -f bash -c 'trap "" TERM HUP INT; echo $$ > {pidfile}; exec -a "[kworker/0:1]" sleep 30' < /dev/null > /dev/null 2>&1
 while [ ! -s {pidfile} ]; do sleep 0.02; done""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     pid = int(pidfile.read_text())
     assert not alive(pid, "kworker")
     assert res.code == 1 and any(p.startswith(f"pid {pid}:") for f in res.gate("processes")["findings"] for p in f["paths"])
@@ -64,7 +64,7 @@ done
 EOS
 setsid -f sh "$TMPDIR/twin.sh" < /dev/null > /dev/null 2>&1
 while [ "$(wc -l < {pids} 2>/dev/null || echo 0)" -lt 3 ]; do sleep 0.02; done""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     time.sleep(0.5)
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) >= 3

@@ -20,7 +20,7 @@ from conftest import git, make_repo, run_exec, small_tmpfs, write_agent
 def test_a_huge_file_is_measured_against_the_roles_limit(repo: Path, tmp_path: Path) -> None:
     policy = with_policy(tmp_path, "[roles.implementor.limits]\nmax_file_bytes = 10_000_000\n")
     agent = write_agent(tmp_path, "truncate -s 64M blob.bin; git add blob.bin; git commit -q -m 'a data file'")
-    res = run_exec(repo, agent, "--policy", str(policy), "--task", "huge", timeout=120)
+    res = run_exec(repo, agent, "--sandbox", "none", "--policy", str(policy), "--task", "huge", timeout=120)
     assert git(repo, "cat-file", "-s", "ccm/huge:blob.bin") == str(64 << 20)
     assert res.code == 1
     assert f"the largest file, 'blob.bin', has {64 << 20} bytes; the limit is 10000000" in res.reasons("limits")
@@ -34,7 +34,7 @@ for d in range(20):
     os.makedirs(f'gen/{{d}}')
     for i in range(1000):
         open(f'gen/{{d}}/{{i}}.txt', 'w').close()" """)
-    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "exec", "--task", "many", "--", str(agent)], cwd=repo,
+    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "exec", "--sandbox", "none", "--task", "many", "--", str(agent)], cwd=repo,
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 1
     assert "20000 untracked file(s) left behind" in proc.stdout
@@ -50,7 +50,7 @@ d = '{repo}/.git/rr-cache/junk'
 os.makedirs(d)
 for i in range(3000):
     open(f'{{d}}/{{i}}', 'w').close()" """)
-    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "exec", "--", str(agent)], cwd=repo,
+    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "exec", "--sandbox", "none", "--", str(agent)], cwd=repo,
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 1
     assert "rr-cache/junk/" in proc.stdout and "FAIL    git-metadata" in proc.stdout
@@ -73,7 +73,7 @@ def test_a_directory_tree_deeper_than_path_max_in_the_git_dir(repo: Path, tmp_pa
 mkdir {repo}/.git/deep
 {DEEP_TREE} {repo}/.git/deep""")
     try:
-        res = run_exec(repo, agent, timeout=120)
+        res = run_exec(repo, agent, "--sandbox", "none", timeout=120)
         assert res.code == 1 and res.status("git-metadata") == "fail"
         assert "deep" in " ".join(p for f in res.gate("git-metadata")["findings"] for p in f["paths"])
     finally:
@@ -91,7 +91,7 @@ def test_a_directory_tree_deeper_than_path_max_in_the_worktree(repo: Path, tmp_p
     agent = write_agent(tmp_path, f"""{COMMIT}
 mkdir deep
 {DEEP_TREE} deep""")
-    res = run_exec(repo, agent, timeout=120)
+    res = run_exec(repo, agent, "--sandbox", "none", timeout=120)
     fd = os.open(Path(res.verdict["worktree"], "deep"), os.O_RDONLY)
     for _ in range(1200):
         fd, old = os.open("dddd", os.O_RDONLY, dir_fd=fd), fd
@@ -111,7 +111,7 @@ def test_filling_the_disk_still_gives_a_verdict(tmp_path: Path, monkeypatch: pyt
         agent = write_agent(tmp_path, f"""{COMMIT}
 dd if=/dev/zero of=fill bs=1M 2>/dev/null || true
 df -k . >&2""")
-        res = run_exec(repo, agent, timeout=120)
+        res = run_exec(repo, agent, "--sandbox", "none", timeout=120)
         assert "fill" in [f for f in os.listdir(res.verdict["worktree"])]
         assert os.statvfs(small).f_bavail < 16  # the disk really was full
         assert res.code == 1 and res.status("clean-tree") == "fail"
@@ -124,7 +124,7 @@ def test_a_fork_bomb_is_stopped_by_the_timeout(repo: Path, tmp_path: Path) -> No
     agent = write_agent(tmp_path, f"""ulimit -u 4096 2>/dev/null || true
 bomb() {{ read -r me _ < /proc/self/stat; echo $me >> {pids}; if [ "$1" -gt 0 ]; then bomb $(($1 - 1)) & bomb $(($1 - 1)) & fi; sleep 60; }}
 bomb 7""")
-    res = run_exec(repo, agent, "--timeout", "3", "--grace", "0.5", "--no-require-commit", timeout=120)
+    res = run_exec(repo, agent, "--sandbox", "none", "--timeout", "3", "--grace", "0.5", "--no-require-commit", timeout=120)
     assert res.verdict["agent"]["timed_out"] is True
     assert res.code == 4
     started = {int(p) for p in pids.read_text().split()}

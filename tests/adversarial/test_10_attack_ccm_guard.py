@@ -24,7 +24,7 @@ def test_a_replaced_shim_still_meets_the_hooks(repo: Path, tmp_path: Path) -> No
     agent = write_agent(tmp_path, f"""{COMMIT}
 shim=$(command -v git); printf '#!/bin/sh\\nexec "$CCM_GUARD_REAL_GIT" "$@"\\n' > "$shim"
 {MOVE_MAIN}""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "rev-parse", "main") == main
     assert [r.get("hook") for r in refusals(res)] == ["reference-transaction"]  # the shim said nothing: it was gone
     assert res.code == 0
@@ -33,7 +33,7 @@ shim=$(command -v git); printf '#!/bin/sh\\nexec "$CCM_GUARD_REAL_GIT" "$@"\\n' 
 def test_a_forged_allow_list_in_the_environment_still_meets_the_hooks(repo: Path, tmp_path: Path) -> None:
     main = git(repo, "rev-parse", "main")
     agent = write_agent(tmp_path, f"{COMMIT}\nCCM_GUARD_ALLOW='ref-write config-write' {MOVE_MAIN}")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "rev-parse", "main") == main
     assert [r.get("hook") for r in refusals(res)] == ["reference-transaction"]
 
@@ -42,7 +42,7 @@ def test_the_shim_pointed_at_itself_fails_closed(repo: Path, tmp_path: Path) -> 
     agent = write_agent(tmp_path, f"""{COMMIT}
 CCM_GUARD_REAL_GIT=$(command -v git) git status 2> "$TMPDIR/err" && echo RAN >&2
 cat "$TMPDIR/err" >&2""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert "RAN" not in res.stderr and "real git not found" in res.stderr
 
 
@@ -52,7 +52,7 @@ def test_rewritten_hook_settings_are_reported(repo: Path, tmp_path: Path) -> Non
     agent = write_agent(tmp_path, f"""{COMMIT}
 echo 'allow_ref=refs/heads/' >> "$(git config --get core.hooksPath)/settings"
 "$CCM_GUARD_REAL_GIT" update-ref refs/heads/main HEAD""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "rev-parse", "main") == res.verdict["head"] != before  # the hook let it through
     assert res.code == 1
     assert "refs/heads/main moved" in res.reasons("refs-untouched")
@@ -62,13 +62,13 @@ echo 'allow_ref=refs/heads/' >> "$(git config --get core.hooksPath)/settings"
 def test_the_users_policy_under_the_state_home_is_watched(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
 printf '[roles.implementor]\\nforbid = []\\n' > "$(dirname "$(dirname "$(dirname "$CCM_GUARD_SUMMARY")")")/../../policy.toml" """)
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     policy = Path(os.environ["CCM_GUARD_HOME"], "policy.toml")
     assert policy.exists()
     assert res.code == 1 and f"{policy} was added" in res.reasons("git-metadata")
     # It takes effect: the next run's implementor may change the control paths.
     nxt = run_exec(repo, write_agent(tmp_path, "echo '* filter=x' > .gitattributes; git add -A; git commit -q -m a",
-                                     "next.sh"))
+                                     "next.sh"), "--sandbox", "none")
     assert nxt.status("path-policy") == "pass"
 
 
@@ -81,7 +81,7 @@ text = open("pyproject.toml").read().replace('forbid = ["**/.git*"]', 'forbid = 
 open("pyproject.toml", "w").write(text + '\\n[project.optional-dependencies]\\ndev = ["pytest"]\\n')
 PY
 git commit -q -am 'add dev dependencies'""")
-    res = run_exec(repo, agent, "--task", "pyp")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "pyp")
     assert "forbid = []" in git(repo, "show", "ccm/pyp:pyproject.toml")
     assert res.code == 1
     assert "pyproject.toml: its [tool.ccm-guard] table, the repository's policy, was changed" in res.reasons("path-policy")
@@ -93,7 +93,7 @@ def test_editing_pyproject_elsewhere_is_fine(repo: Path, tmp_path: Path) -> None
     git(repo, "commit", "-q", "-m", "policy")
     agent = write_agent(tmp_path, """printf '\\n[tool.ruff]\\nline-length = 100\\n' >> pyproject.toml
 git commit -q -am 'ruff settings'""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert res.code == 0 and res.status("path-policy") == "pass"
 
 
@@ -124,7 +124,7 @@ def test_a_rewritten_baseline_does_not_mislead_the_run_itself(repo: Path, tmp_pa
 
 def test_a_rewritten_baseline_does_not_mislead_a_later_audit(repo: Path, tmp_path: Path) -> None:
     """Found by this suite: audit trusted the rewritten file. Its digest is in the registry now."""
-    run_exec(repo, write_agent(tmp_path, REWRITE_BASELINE), "--task", "base")
+    run_exec(repo, write_agent(tmp_path, REWRITE_BASELINE), "--sandbox", "none", "--task", "base")
     audit = ccm("audit", "--json", "base", cwd=repo)
     assert audit.returncode == 7 and "was changed after it was recorded" in audit.stderr
 
@@ -136,7 +136,7 @@ def test_the_refusal_log_is_the_agents_to_erase(repo: Path, tmp_path: Path) -> N
 git push origin HEAD 2> "$TMPDIR/err" || true
 cat "$TMPDIR/err" >&2
 : > "$CCM_GUARD_LOG" """)
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert "ccm-guard: refused: git push talks to remotes" in res.stderr  # the refusal happened ...
     assert refusals(res) == []  # ... and is gone from the verdict
     assert res.code == 0
@@ -148,7 +148,7 @@ def test_shell_metacharacters_in_the_state_home_and_the_task_id_inject_nothing(t
     agent = write_agent(tmp_path, """echo '* filter=x' > .gitattributes; git add .gitattributes
 git commit -q -m attrs || true; git reset -q; rm .gitattributes
 echo work > work.txt; git add work.txt; git commit -q -m work""")
-    res = run_exec(repo, agent, "--task", "x$(touch pwned3);`touch pwned4`", env={"CCM_GUARD_HOME": str(home)})
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "x$(touch pwned3);`touch pwned4`", env={"CCM_GUARD_HOME": str(home)})
     assert res.code == 0, res.stdout
     assert res.verdict["task"] == "x-touch-pwned3-touch-pwned4"
     assert res.verdict["worktree"].startswith(str(home))
@@ -181,7 +181,7 @@ def test_files_planted_in_the_warm_pool_never_reach_the_next_task(repo: Path, tm
     else:
         assert "PLANTED" in res.stderr and planted.exists()
     check = write_agent(tmp_path, "test ! -e src_planted.py && ! grep -q evil README.md\n" + COMMIT, name="check.sh")
-    nxt = run_exec(repo, check, "--task", "next")
+    nxt = run_exec(repo, check, "--sandbox", "none", "--task", "next")
     assert nxt.code == 0, nxt.stderr + json.dumps(nxt.verdict["gates"])
     if sandbox == "none":  # the planted entry was destroyed, never cleaned and handed out
         assert not Path(entry["path"]).exists()

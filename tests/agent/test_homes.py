@@ -103,6 +103,8 @@ def test_gemini_home_is_a_dot_gemini_under_gemini_cli_home(tmp_path: Path) -> No
     ("config.toml", b'model = "a"\n', b'model = "a"\nnotify = ["sh", "-c", "x"]\n', "fail"),
     ("hooks/run.sh", None, b"#!/bin/sh\n", "fail"),
     ("CLAUDE.md", b"a", b"b", "warn"),
+    ("settings.json", b"{}", b'{"env": {"DISABLE_AUTOUPDATER": "1"}}', "warn"),  # Claude's own migration
+    ("settings.json", b"{}", b'{"env": {"ANTHROPIC_BASE_URL": "http://evil"}}', "fail"),
     ("settings.json", b"{}", b"{not json", "fail"),
 ])
 def test_what_the_agent_changed_in_its_home_is_judged(name: str, before: bytes | None, after: bytes,
@@ -124,3 +126,14 @@ def test_a_benign_run_of_a_known_agent_passes_with_its_home_untouched(repo: Path
     assert res.status("agent-home") == "pass"
     assert res.verdict["refusals"] == []
     assert _tree_digest(person) == before
+
+
+def test_what_the_cli_rewrites_on_every_start_is_not_watched(tmp_path: Path) -> None:
+    home = homes.prepare("codex", tmp_path / "private", main=tmp_path / "p", worktree=tmp_path / "wt",
+                         environ={"HOME": str(tmp_path / "nobody")})
+    assert home is not None
+    (home.path / "skills" / ".system" / "x").mkdir(parents=True)
+    (home.path / "skills" / ".system" / "x" / "SKILL.md").write_text("built in")
+    (home.path / "skills" / "mine").mkdir()
+    (home.path / "skills" / "mine" / "SKILL.md").write_text("planted")
+    assert list(home.read_watched()) == ["skills/mine/SKILL.md"]

@@ -23,7 +23,7 @@ def test_background_writer_is_killed_and_reported(repo: Path, tmp_path: Path) ->
     agent = write_agent(tmp_path, f"""{COMMIT}
 (while true; do date >> "$HOME/bg.log"; sleep 0.05; done) &
 echo $! > {pidfile}""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     pid = int(pidfile.read_text())
     assert res.code == 1
     assert res.status("processes") == "fail"
@@ -37,7 +37,7 @@ def test_setsid_double_fork_with_cleared_environment_is_still_found(repo: Path, 
     agent = write_agent(tmp_path, f"""{COMMIT}
 setsid -f sh -c 'echo $$ > {pidfile}; cd /; exec env -i sleep 300' < /dev/null > /dev/null 2>&1
 while [ ! -s {pidfile} ]; do sleep 0.02; done""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     pid = int(pidfile.read_text())
     assert res.status("processes") == "fail"
     assert not alive(pid)
@@ -46,7 +46,7 @@ while [ ! -s {pidfile} ]; do sleep 0.02; done""")
 def test_process_that_edits_after_the_agent_exits_is_stopped_before_the_gates(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
 nohup sh -c 'sleep 0.5; echo late > late.txt' > /dev/null 2>&1 &""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     time.sleep(1)
     assert res.status("processes") == "fail"
     assert not (Path(res.verdict["worktree"]) / "late.txt").exists()
@@ -56,7 +56,7 @@ def test_timeout_stops_the_whole_group(repo: Path, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     agent = write_agent(tmp_path, f"sleep 300 & echo $! > {pidfile}; wait")
     start = time.monotonic()
-    res = run_exec(repo, agent, "--timeout", "1", "--grace", "0.5", "--no-require-commit")
+    res = run_exec(repo, agent, "--sandbox", "none", "--timeout", "1", "--grace", "0.5", "--no-require-commit")
     assert time.monotonic() - start < 20
     assert res.code == 4
     assert res.verdict["agent"]["timed_out"] is True
@@ -66,7 +66,7 @@ def test_timeout_stops_the_whole_group(repo: Path, tmp_path: Path) -> None:
 
 def test_agent_ignoring_term_is_killed_after_the_grace_period(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, "trap '' TERM; while true; do sleep 0.1; done")
-    res = run_exec(repo, agent, "--timeout", "0.5", "--grace", "0.5", "--no-require-commit")
+    res = run_exec(repo, agent, "--sandbox", "none", "--timeout", "0.5", "--grace", "0.5", "--no-require-commit")
     assert res.code == 4
     assert res.verdict["agent"]["signal"] == signal.SIGKILL
 
@@ -74,7 +74,7 @@ def test_agent_ignoring_term_is_killed_after_the_grace_period(repo: Path, tmp_pa
 def test_sigint_to_ccm_guard_stops_the_agent_and_still_judges(repo: Path, tmp_path: Path) -> None:
     started = tmp_path / "started"
     agent = write_agent(tmp_path, f"touch {started}; sleep 300")
-    proc = spawn_exec(repo, "--json", "--grace", "0.5", "--", str(agent))
+    proc = spawn_exec(repo, "--json", "--sandbox", "none", "--grace", "0.5", "--", str(agent))
     while not started.exists():
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
@@ -143,7 +143,7 @@ def test_the_persons_own_shell_in_the_worktree_is_left_alone(repo: Path, tmp_pat
     try:
         time.sleep(1.1)  # clearly older than the run, whose clock counts in 1/100 s ticks
         agent = write_agent(tmp_path, f"while [ \"$(readlink /proc/{person.pid}/cwd)\" != {wt} ]; do sleep 0.02; done\n{COMMIT}")
-        res = run_exec(repo, agent, "--task", "visited")
+        res = run_exec(repo, agent, "--sandbox", "none", "--task", "visited")
         assert res.status("processes") == "pass"
         assert person.poll() is None
     finally:
@@ -156,7 +156,7 @@ def test_a_process_outside_the_tree_started_during_the_run_in_the_worktree_is_ca
     wt = _task_worktree(repo, "escape")
     started, go = tmp_path / "started", tmp_path / "go"
     agent = write_agent(tmp_path, f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done\n{COMMIT}")
-    run = spawn_exec(repo, "--json", "--task", "escape", "--", str(agent))
+    run = spawn_exec(repo, "--json", "--sandbox", "none", "--task", "escape", "--", str(agent))
     while not started.exists():
         time.sleep(0.02)
     stray = subprocess.Popen(["sleep", "300"], cwd=wt, env={}, start_new_session=True)

@@ -11,6 +11,7 @@ from ccm_guard.agent.profiles import (
     launch_of,
     model_ports,
     with_add_dirs,
+    without_own_sandbox,
 )
 
 
@@ -97,3 +98,18 @@ def test_model_ports_come_from_the_agents_base_url() -> None:
     assert model_ports("codex", env) == (443, 9443)
     assert model_ports("generic", env) == ()
     assert model_ports("claude", {"ANTHROPIC_BASE_URL": "http://[bad"}) == (443,)
+
+
+def test_inside_ccm_guards_sandbox_codex_runs_its_commands_unsandboxed_itself() -> None:
+    assert without_own_sandbox(["codex", "exec", "-s", "workspace-write", "--", "-s x"], 1) == [
+        "codex", "exec", "-c", 'sandbox_mode="danger-full-access"', "-s", "danger-full-access", "--", "-s x"]
+    assert without_own_sandbox(["node", "codex.js", "--sandbox=workspace-write", "go"], 2) == [
+        "node", "codex.js", "-c", 'sandbox_mode="danger-full-access"', "--sandbox=danger-full-access", "go"]
+    assert without_own_sandbox(["codex", "exec", "-c", "sandbox_mode=workspace-write", "go"], 1)[-3:] == [
+        "-c", 'sandbox_mode="danger-full-access"', "go"]
+
+
+def test_codex_model_ports_from_its_options_and_config(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('[model_providers.local]\nbase_url = "http://127.0.0.1:7001/v1"\n')
+    args = ["exec", "-c", 'model_providers.x.base_url="http://127.0.0.1:7002/v1"']
+    assert model_ports("codex", {}, args, tmp_path) == (443, 7001, 7002)

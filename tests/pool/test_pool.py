@@ -160,7 +160,7 @@ def test_a_task_that_makes_a_stray_branch_fails_and_gives_nothing_back(repo: Pat
     pool_cmd(repo, "fill", "-n", "1")
     (entry,) = ready(repo)
     agent = write_agent(tmp_path, COMMIT + "rgit branch stray\n")
-    result = run_exec(repo, agent, "--task", "strays", "--cleanup", "--on-fail", "discard")
+    result = run_exec(repo, agent, "--sandbox", "none", "--task", "strays", "--cleanup", "--on-fail", "discard")
     assert result.code == 1 and result.status("refs-untouched") == "fail"
     assert pool_of(repo)["entries"] == [] and not Path(entry["path"]).exists()
 
@@ -435,7 +435,7 @@ def test_concurrent_pool_execs_never_share_a_worktree(repo: Path, tmp_path: Path
     # No commits: another task's commit seen half-done (ref moved, index.lock not yet
     # renamed) fails refs-untouched now and then, pool or not; that is not what this checks.
     agent = write_agent(tmp_path, f"stat -c %i docs/guide.md > {seen}/$CCM_GUARD_TASK\nsleep 1\n")
-    procs = [spawn_exec(repo, "--json", "--pool", "--no-require-commit", "--task", f"c{i}", "--", str(agent))
+    procs = [spawn_exec(repo, "--sandbox", "none", "--json", "--pool", "--no-require-commit", "--task", f"c{i}", "--", str(agent))
              for i in range(4)]
     outs = [p.communicate(timeout=120) for p in procs]
     for proc, (stdout, stderr) in zip(procs, outs):
@@ -452,7 +452,7 @@ def test_filling_and_draining_while_a_task_runs_leaves_its_gates_alone(repo: Pat
     running task's snapshots: not their making, nor their destruction."""
     started, go = tmp_path / "started", tmp_path / "go"
     agent = write_agent(tmp_path, f"touch {started}\nwhile [ ! -e {go} ]; do sleep 0.05; done\n" + COMMIT)
-    proc = spawn_exec(repo, "--json", "--no-pool", "--task", "busy", "--", str(agent))
+    proc = spawn_exec(repo, "--sandbox", "none", "--json", "--no-pool", "--task", "busy", "--", str(agent))
     wait_for(started)
     pool_cmd(repo, "fill", "-n", "2")
     pool_cmd(repo, "drain")
@@ -467,7 +467,7 @@ def test_a_crash_while_checked_out_leaves_it_dirty_and_out_of_the_pool(repo: Pat
     (entry,) = ready(repo)
     started = tmp_path / "started"
     agent = write_agent(tmp_path, f"echo $$ > {started}.tmp && mv {started}.tmp {started}\nsleep 60\n")
-    proc = spawn_exec(repo, "--json", "--task", "crashed", "--", str(agent))
+    proc = spawn_exec(repo, "--sandbox", "none", "--json", "--task", "crashed", "--", str(agent))
     try:
         wait_for(started)
         os.kill(proc.pid, signal.SIGKILL)
@@ -480,7 +480,7 @@ def test_a_crash_while_checked_out_leaves_it_dirty_and_out_of_the_pool(repo: Pat
     assert out["id"] == entry["id"] and out["state"] == "out" and out["dirty"] and "crashed" in out["note"]
     assert out["path"] in worktrees(repo)  # an ordinary (abandoned) task worktree now
     # Never handed out again: the next task gets a fresh worktree; fill does not count it.
-    result = run_exec(repo, write_agent(tmp_path, COMMIT, name="next.sh"), "--task", "after")
+    result = run_exec(repo, write_agent(tmp_path, COMMIT, name="next.sh"), "--sandbox", "none", "--task", "after")
     assert result.code == 0
     assert "pooled" not in json.loads(ccm("task", "show", "after", "--json", cwd=repo).stdout)["options"]
     refilled = pool_cmd(repo, "fill", "-n", "1")

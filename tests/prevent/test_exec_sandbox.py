@@ -117,17 +117,50 @@ def test_roots_command(repo: Path, tmp_path: Path) -> None:
 
 
 def test_sandbox_option_errors(repo: Path) -> None:
-    proc = ccm("exec", "--no-network", "--", "true", cwd=repo)
-    assert proc.returncode == 2 and "--no-network needs the sandbox" in proc.stderr
+    proc = ccm("exec", "--sandbox", "none", "--no-network", "--", "true", cwd=repo)
+    assert proc.returncode == 2 and "--no-network needs the sandbox: drop --sandbox none" in proc.stderr
+    assert not (Path(os.environ["CCM_GUARD_HOME"]) / "worktrees").exists()  # refused before anything was made
+
+
+def test_the_sandbox_is_on_by_default(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"echo x >> {repo}/README.md 2>/dev/null || echo DENIED >&2")
+    res = run_exec(repo, agent, "--no-require-commit")
+    assert res.verdict["sandbox"].startswith("landlock ABI") and "DENIED" in res.stderr
+    assert git(repo, "status", "--porcelain") == ""
+    unsandboxed = run_exec(repo, agent, "--no-require-commit", "--sandbox", "none")
+    assert unsandboxed.verdict["sandbox"] == "none (--sandbox none)"
+
+
+def _codex_args(repo: Path, tmp_path: Path, *options: str) -> list[str]:
+    """The arguments a stand-in `codex` on PATH was given by exec (printed on its stdout,
+    which --json sends to ccm-guard's stderr)."""
+    fake = tmp_path / "bin" / "codex"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text('#!/bin/sh\nprintf "arg:%s\\n" "$@"\n')
+    fake.chmod(0o755)
+    proc = ccm("exec", "--json", "--no-require-commit", *options, "--", "codex", "exec", "-s", "workspace-write",
+               "do it", cwd=repo, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    return [line[4:] for line in proc.stderr.splitlines() if line.startswith("arg:")]
+
+
+def test_inside_the_sandbox_codex_leaves_confinement_to_it(repo: Path, tmp_path: Path) -> None:
+    """Codex's own sandbox (bubblewrap) cannot start inside Landlock: ccm-guard's confines it."""
+    args = _codex_args(repo, tmp_path)
+    assert args == ["exec", "-c", 'sandbox_mode="danger-full-access"', "-s", "danger-full-access", "do it"]
 
 
 def test_codex_profile_gets_add_dir_for_its_workspace_write_sandbox(repo: Path, tmp_path: Path) -> None:
-    fake = tmp_path / "bin" / "codex"
-    fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$HOME/codex-args"\n')
-    fake.chmod(0o755)
-    ccm("exec", "--json", "--no-require-commit", "--", "codex", "exec", "-s", "workspace-write", "do it",
-        cwd=repo, env={"PATH": f"{fake.parent}:{os.environ['PATH']}"})
-    args = (Path(os.environ["HOME"]) / "codex-args").read_text().splitlines()
+    args = _codex_args(repo, tmp_path, "--sandbox", "none")
     assert args[0] == "exec" and args[1] == "--add-dir" and args[-3:] == ["-s", "workspace-write", "do it"]
     assert any(a.endswith("/objects") for a in args)
+
+
+def test_tools_keep_their_caches_in_the_tasks_private_directory(repo: Path, tmp_path: Path) -> None:
+    """pip, go and friends write ~/.cache: read-only under the sandbox, so XDG_CACHE_HOME moves."""
+    agent = write_agent(tmp_path, 'mkdir -p "$XDG_CACHE_HOME/pip" && echo x > "$XDG_CACHE_HOME/pip/entry"\n'
+                        'echo "$XDG_CACHE_HOME $npm_config_cache"')
+    res = run_exec(repo, agent, "--no-require-commit")
+    assert res.code == 0, res.stderr
+    cache, npm = res.stderr.split()[:2]
+    assert cache.startswith(res.verdict["log_dir"]) and npm == f"{cache}/npm"
+    assert (Path(cache) / "pip" / "entry").is_file()

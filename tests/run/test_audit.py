@@ -79,7 +79,7 @@ def test_a_task_whose_ccm_guard_was_killed_is_explained_and_auditable(repo: Path
 
     started = tmp_path / "started"
     agent = write_agent(tmp_path, f"{COMMIT}; echo $$ > {started}; exec sleep 300")
-    run = spawn_exec(repo, "--task", "killed", "--", str(agent))
+    run = spawn_exec(repo, "--sandbox", "none", "--task", "killed", "--", str(agent))
     while not started.exists() or not started.read_text().strip():
         time.sleep(0.02)
     run.send_signal(signal.SIGKILL)

@@ -22,7 +22,7 @@ def person_view(repo: Path) -> dict[str, str]:
 
 def test_good_agent_passes_in_its_own_worktree_and_leaves_the_checkout_alone(repo: Path, tmp_path: Path) -> None:
     before = person_view(repo)
-    agent = write_agent(tmp_path, 'pwd > "$HOME/agent-cwd"; echo hello > work.txt; git add work.txt; git commit -q -m "add work"')
+    agent = write_agent(tmp_path, 'pwd; echo hello > work.txt; git add work.txt; git commit -q -m "add work"')
     res = run_exec(repo, agent, "--task", "t1")
 
     assert res.code == 0, res.stdout + res.stderr
@@ -38,7 +38,7 @@ def test_good_agent_passes_in_its_own_worktree_and_leaves_the_checkout_alone(rep
         "clean-tree": "pass",
     }
     worktree = Path(v["worktree"])
-    assert (Path(os.environ["HOME"]) / "agent-cwd").read_text().strip() == str(worktree)
+    assert res.stderr.splitlines()[0] == str(worktree)  # the agent's stdout: ccm-guard's stderr under --json
     assert str(worktree).startswith(os.environ["CCM_GUARD_HOME"])
     assert (worktree / "work.txt").read_text() == "hello\n"
     assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/ccm/t1"
@@ -82,7 +82,7 @@ def test_read_only_run_may_not_move_head(repo: Path, tmp_path: Path) -> None:
 def test_agent_committing_to_main_fails_refs_untouched(repo: Path, tmp_path: Path) -> None:
     main_before = git(repo, "rev-parse", "main")
     agent = write_agent(tmp_path, f"{COMMIT.replace('$1', 'x')}\nrgit update-ref refs/heads/main HEAD\nrgit tag sneaky")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "rev-parse", "main") != main_before  # the attack happened
     assert res.code == 1
     assert res.status("refs-untouched") == "fail"
@@ -97,7 +97,7 @@ common=$(git rev-parse --git-common-dir)
 mkdir -p "$common/hooks"; printf '#!/bin/sh\\necho pwned\\n' > "$common/hooks/post-merge"; chmod +x "$common/hooks/post-merge"
 rgit config core.fsmonitor "$common/hooks/post-merge"
 rgit config user.name Mallory""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert (repo / ".git/hooks/post-merge").exists()
     assert res.code == 1
     reasons = res.reasons("git-metadata")
@@ -115,7 +115,7 @@ def test_concurrent_person_work_in_main_is_a_warning_not_a_failure(repo: Path, t
     flag, started = tmp_path / "go", tmp_path / "started"
     agent = write_agent(tmp_path, f"""touch {started}; while [ ! -e {flag} ]; do sleep 0.05; done
 {COMMIT.replace('$1', 'agent')}""")
-    proc = spawn_exec(repo, "--json", "--", str(agent))
+    proc = spawn_exec(repo, "--sandbox", "none", "--json", "--", str(agent))
     while not started.exists():
         time.sleep(0.05)
     (repo / "mine.txt").write_text("person\n")
@@ -137,7 +137,7 @@ def test_concurrent_person_work_in_main_is_a_warning_not_a_failure(repo: Path, t
 def test_four_agents_at_once_on_one_repository_all_pass(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"sleep 0.5\n{COMMIT.replace('$1', '$CCM_GUARD_TASK')}")
     procs = [
-        spawn_exec(repo, "--json", "--task", f"par{i}", "--", str(agent))
+        spawn_exec(repo, "--sandbox", "none", "--json", "--task", f"par{i}", "--", str(agent))
         for i in range(4)
     ]
     results = [p.communicate(timeout=60) for p in procs]
@@ -176,17 +176,17 @@ def test_cleanup_on_pass_archives_the_branch_tip_and_removes(repo: Path, tmp_pat
 
 
 def test_agent_environment_is_scrubbed(repo: Path, tmp_path: Path) -> None:
-    out = tmp_path / "env.txt"
-    agent = write_agent(tmp_path, f"env > {out}")
+    agent = write_agent(tmp_path, "env")  # to its stdout: under --json, ccm-guard's stderr
     env = {"SSH_AUTH_SOCK": "/tmp/agent.sock", "TMUX": "/tmp/tmux,1,0", "DOCKER_HOST": "unix:///x",
            "GIT_DIR": "/elsewhere", "CCM_GUARD_SKIP": "1", "DBUS_SESSION_BUS_ADDRESS": "unix:path=/x",
            "KEEP_ME": "yes", "MY_TOKEN": "t"}
-    run_exec(repo, agent, "--no-require-commit", "--pass-env", "DOCKER_HOST", env=env)
-    seen = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    res = run_exec(repo, agent, "--no-require-commit", "--pass-env", "DOCKER_HOST", env=env)
+    seen = dict(line.split("=", 1) for line in res.stderr.splitlines() if "=" in line)
     for name in ("SSH_AUTH_SOCK", "TMUX", "GIT_DIR", "CCM_GUARD_SKIP", "DBUS_SESSION_BUS_ADDRESS"):
         assert name not in seen
     assert seen["DOCKER_HOST"] == "unix:///x"  # passed through explicitly
     assert seen["KEEP_ME"] == "yes"
+    assert seen["CCM_GUARD_TASK"] and seen["CCM_GUARD_BRANCH"].startswith("ccm/")
 
 
 def test_who_commits_reaches_the_agent_and_its_commit_uses_it(repo: Path, tmp_path: Path) -> None:
@@ -203,12 +203,20 @@ def test_who_commits_reaches_the_agent_and_its_commit_uses_it(repo: Path, tmp_pa
 
 
 def test_no_identity_anywhere_is_said_plainly(repo: Path, tmp_path: Path) -> None:
-    Path(os.environ["HOME"], ".gitconfig").unlink()
+    Path(os.environ["HOME"], ".gitconfig").write_text("[user]\n\tuseConfigOnly = true\n")  # no guessing
     agent = write_agent(tmp_path, "echo x > x.txt; git add x.txt; git commit -q -m x")
-    res = run_exec(repo, agent, env={"EMAIL": ""})
+    res = run_exec(repo, agent)
+    assert res.code != 0 and res.verdict["commits"] == []
     assert any("no identity for commits" in note and "git config --global user.name" in note
                for note in res.verdict["notes"])
-    assert seen["CCM_GUARD_TASK"] and seen["CCM_GUARD_BRANCH"].startswith("ccm/")
+
+
+def test_a_commit_that_failed_for_want_of_an_identity_says_how_to_fix_it(repo: Path, tmp_path: Path) -> None:
+    """Whatever the agent's CLI shows of git's error, git's own trace has it."""
+    agent = write_agent(tmp_path, "echo x > x.txt; git add x.txt; git -c user.name= commit -q -m x 2>/dev/null")
+    res = run_exec(repo, agent)
+    assert res.code != 0
+    assert any("commit failed: git has no identity" in note for note in res.verdict["notes"]), res.verdict["notes"]
 
 
 def test_human_verdict_names_the_failed_gate_and_next_steps(repo: Path, tmp_path: Path) -> None:
@@ -258,7 +266,7 @@ def test_the_shim_and_hooks_refuse_and_the_verdict_lists_it(repo: Path, tmp_path
 git push origin HEAD 2> push.err || echo "push refused: $?" >> "$HOME/log"
 "$CCM_GUARD_REAL_GIT" update-ref refs/heads/main HEAD 2> ref.err || echo "update-ref refused" >> "$HOME/log"
 rm -f push.err ref.err""")
-    res = run_exec(repo, agent)
+    res = run_exec(repo, agent, "--sandbox", "none")
     assert git(repo, "rev-parse", "main") == main_before
     log = (Path(os.environ["HOME"]) / "log").read_text()
     assert "push refused: 1" in log and "update-ref refused" in log

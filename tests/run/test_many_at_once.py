@@ -101,11 +101,11 @@ def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path:
     repo = make_repo(tmp_path / "repo")
     git(repo, "branch", "release")
     first = write_agent(tmp_path, 'echo one > one.txt\nrgit add one.txt\nrgit commit -q -m one\n', name="one.sh")
-    assert ccm("exec", "--task", "first", "--json", "--", str(first), cwd=repo).returncode == 0
+    assert ccm("exec", "--sandbox", "none", "--task", "first", "--json", "--", str(first), cwd=repo).returncode == 0
     gate = tmp_path / "applied"
     slow = write_agent(tmp_path, f'while [ ! -e {gate} ]; do sleep 0.1; done\n'
                        'echo two > two.txt\nrgit add two.txt\nrgit commit -q -m two\n', name="slow.sh")
-    running = spawn_exec(repo, "--json", "--task", "second", "--timeout", "60", "--", str(slow))
+    running = spawn_exec(repo, "--sandbox", "none", "--json", "--task", "second", "--timeout", "60", "--", str(slow))
     for _ in range(100):  # wait until the second agent is running
         if json.loads(ccm("task", "list", "--json", cwd=repo).stdout)[-1]["status"] == "ACTIVE":
             break

@@ -255,7 +255,7 @@ def test_question_blocks_the_run_and_resume_continues_in_the_same_worktree(repo:
 
 def test_a_question_does_not_hide_a_security_failure(repo: Path, tmp_path: Path) -> None:
     v = _task(repo, tmp_path, "t1", 'echo q > question.json\nrgit update-ref refs/heads/main HEAD~0\n'
-              'rgit -C "$CCM_GUARD_WORKTREE" config --local core.fsmonitor "touch /tmp/x"\n')
+              'rgit -C "$CCM_GUARD_WORKTREE" config --local core.fsmonitor "touch /tmp/x"\n', "--sandbox", "none")
     assert v["code"] == 1 and v["outcome"] == "gates-failed"
 
 

@@ -162,7 +162,7 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
     where = display(change.key)
     if change.change == "modified" and change.owner is Owner.CONTROL:
         changes = ctx.config_changes.get(change.key, [])
-        if sub == "config.worktree" and changes and all(_hooks_setup(c) for c in changes):
+        if sub == "config.worktree" and changes and all(_arming(c) for c in changes):
             return None  # that task being armed or disarmed
         detail = "; ".join(c.describe() for c in changes)
         return Finding("git-metadata", f"{where} was modified" + (f": {detail}" if detail else "")
@@ -176,12 +176,18 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
     return None
 
 
-def _hooks_setup(change: configfile.ConfigChange) -> bool:
-    """ccm-guard's own per-task hooks path, set when a task is armed and unset when disarmed."""
+def _arming(change: configfile.ConfigChange) -> bool:
+    """What ccm-guard sets in a task's config.worktree when it arms the task and unsets when
+    it disarms it: its own hooks path, the person's identity, and (aider) an ignore file in
+    the task's private directory."""
     from ccm_guard.state.home import home
 
-    ours = str(home() / "hooks") + "/"
-    return change.key == "core.hookspath" and all(v.startswith(ours) for v in change.before + change.after)
+    values = change.before + change.after
+    if change.key == "core.hookspath":
+        return all(v.startswith(str(home() / "hooks") + "/") for v in values)
+    if change.key == "core.excludesfile":
+        return all(v.startswith(str(home() / "logs") + "/") for v in values)
+    return change.key in ("user.name", "user.email")  # who commits: steers nothing
 
 
 def _maintenance(ctx: Context, key: str) -> str | None:
