@@ -142,12 +142,14 @@ GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null 
     assert ".gitattributes: changed, but" in res.reasons("path-policy")
 
 
-def test_git_config_count_through_the_shim_is_refused(repo: Path, tmp_path: Path) -> None:
+def test_git_config_count_through_the_shim_cannot_switch_the_hooks_off(repo: Path, tmp_path: Path) -> None:
+    """Hooks switched off through the environment are switched on again by the shim (the
+    pair is neutralised, not refused: agents like Gemini CLI set it on every command), so
+    the task's pre-commit hook still refuses the forbidden file."""
     agent = write_agent(tmp_path, """echo '* filter=evil' > .gitattributes; git add .gitattributes
 GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null git commit -q -m attrs || true
 git reset -q; rm .gitattributes; """ + COMMIT)
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "cfgcount")
     assert ".gitattributes" not in git(repo, "ls-tree", "--name-only", "ccm/cfgcount")
-    refused = refusals(res, "redirect")
-    assert refused and "GIT_CONFIG_COUNT" in refused[0]["reason"]
+    assert [r.get("hook") for r in refusals(res)] == ["pre-commit"]
     assert res.code == 0

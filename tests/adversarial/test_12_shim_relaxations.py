@@ -1,15 +1,19 @@
 """Class 12: what the git shim lets through for real agents, turned against it.
 
 The shim passes harmless calls that agents make: `-c core.hooksPath=/dev/null` on reads
-(Claude Code, Codex), `git checkout <file>` without `--`, and the person's
-GIT_CONFIG_GLOBAL. Each relaxation is tried here as an attack: hooks off on a commit, a
-branch switch posing as a file restore, hooks off through an agent-written global config.
+(Claude Code, Codex), `git checkout <file>` without `--`, the person's GIT_CONFIG_GLOBAL,
+and configuration in the environment (GIT_CONFIG_COUNT pairs, GIT_CONFIG_PARAMETERS) that
+only switches things off (Claude Code, Gemini CLI). Each relaxation is tried here as an
+attack: hooks off on a commit, a branch switch posing as a file restore, hooks off through
+an agent-written global config or through the environment, an alias for the command
+being run, hooks from an agent's own directory.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from adv import COMMIT, branch_files, refusals
 from conftest import git, run_exec, write_agent
 
@@ -53,3 +57,52 @@ git commit -q -m attrs || true""")
     assert ".gitattributes" not in branch_files(repo, "ccm/globalcfg")
     assert [r["op"] for r in refusals(res)] == ["path-policy"]  # the hook ran
     assert res.code == 1 and res.status("path-policy") == "fail"
+
+
+ENV_HOOKS_OFF = {
+    "count /dev/null": "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null",
+    "count empty (Gemini CLI)": "export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=",
+    "parameters": "export GIT_CONFIG_PARAMETERS=\"'color.ui'='never' 'core.hookspath'='/dev/null'\"",
+    "parameters old style": "export GIT_CONFIG_PARAMETERS=\"'core.hooksPath=/dev/null'\"",
+}
+
+
+@pytest.mark.parametrize("how", list(ENV_HOOKS_OFF))
+def test_hooks_off_through_the_environment_is_neutralised_on_a_commit(repo: Path, tmp_path: Path,
+                                                                      how: str) -> None:
+    """Not refused (Gemini CLI sets it for every command): the pair is dropped before git
+    runs, so the task's hooks still check the commit."""
+    agent = write_agent(tmp_path, f"""{ENV_HOOKS_OFF[how]}
+git status --short
+{FORBIDDEN}
+git commit -q -m attrs || true""")
+    res = run_exec(repo, agent, "--task", "envhooks", "--no-require-commit")
+    assert ".gitattributes" not in branch_files(repo, "ccm/envhooks")
+    assert [r["op"] for r in refusals(res)] == ["path-policy"]  # the hook ran, the shim was quiet
+    assert res.code == 1 and res.status("path-policy") == "fail"
+
+
+def test_env_alias_for_the_command_being_run_is_refused(repo: Path, tmp_path: Path) -> None:
+    """An alias from the environment that hides `commit --no-verify` behind a new name."""
+    agent = write_agent(tmp_path, f"""export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.ci GIT_CONFIG_VALUE_0='commit --no-verify'
+{FORBIDDEN}
+git ci -q -m attrs || true
+git commit -q -m attrs || true""")
+    res = run_exec(repo, agent, "--task", "envalias", "--no-require-commit")
+    assert ".gitattributes" not in branch_files(repo, "ccm/envalias")
+    assert [r["op"] for r in refusals(res)] == ["dangerous-config", "path-policy"]
+    assert "alias.ci" in refusals(res, "dangerous-config")[0]["reason"]
+    assert res.code == 1 and res.status("path-policy") == "fail"
+
+
+def test_env_hooks_path_to_the_agents_own_hooks_is_refused(repo: Path, tmp_path: Path) -> None:
+    """core.hooksPath at a directory the agent filled (a pre-commit that always passes)."""
+    agent = write_agent(tmp_path, f"""mkdir -p "$TMPDIR/myhooks"
+printf '#!/bin/sh\\nexit 0\\n' > "$TMPDIR/myhooks/pre-commit"; chmod +x "$TMPDIR/myhooks/pre-commit"
+export GIT_CONFIG_PARAMETERS="'core.hooksPath'='$TMPDIR/myhooks'"
+{FORBIDDEN} || true
+git commit -q -m attrs || true""")
+    res = run_exec(repo, agent, "--task", "envownhooks", "--no-require-commit")
+    assert ".gitattributes" not in branch_files(repo, "ccm/envownhooks")
+    assert [r["op"] for r in refusals(res)] == ["dangerous-config", "dangerous-config"]
+    assert all(r["reason"].startswith("GIT_CONFIG_PARAMETERS: core.hookspath ") for r in refusals(res))

@@ -14,13 +14,14 @@ Decisions of the shim that these tests pin down (see the header of shims/git):
 - `checkout WORD` without `--` is decided as git decides it: a revision or a
   remote-tracking branch `<remote>/WORD` is a switch (refused), a tracked path that is
   neither is a file restore (allowed), anything else is refused.
-- `-c` that only switches the pager or fsmonitor off passes everywhere;
-  `-c core.hooksPath=/dev/null` passes on reads and is `no-verify` elsewhere.
+- `-c` that only switches something off (the pager, fsmonitor, protocols, an empty
+  program) passes everywhere; hooks off (`core.hooksPath=/dev/null` or empty,
+  `hook.<name>.enabled=false`) passes on reads and is `no-verify` elsewhere.
+- Configuration in the environment (GIT_CONFIG_COUNT pairs, GIT_CONFIG_PARAMETERS) is
+  judged pair by pair like `-c`; hooks off from there is neutralised on writes (the
+  task's hooks run) instead of refused; a count or text git would reject is `redirect`.
 - GIT_CONFIG_GLOBAL, GIT_CONFIG_NOSYSTEM, GIT_CONFIG_SYSTEM=/dev/null and
   GIT_CONFIG_COUNT=0 pass; the other redirecting variables refuse every command.
-- With CCM_GUARD_GITLOG and CCM_GUARD_PROBES set (as the fixture does, like the runner),
-  commit, add and the other watched commands run as a child; a failure with a probe
-  denied writes one `git-failed` line.
 - Tag creation is a ref write; `repack -d` is `gc`; `stash branch` and `bisect` are
   switches; `stash clear`/`drop` are ref writes (refs/stash is shared); `rebase` is allowed only onto a base inside HEAD's history.
 - Abbreviated long options are rejected by git itself under the shim
@@ -68,7 +69,6 @@ class Repo:
     main_only: str  # a commit on main, not in the task's history
     env: dict[str, str]  # for the shim and the real git alike
     log: Path  # CCM_GUARD_LOG
-    gitlog: Path  # CCM_GUARD_GITLOG
     admin: Path  # the linked worktree's admin dir
 
 
@@ -133,15 +133,10 @@ def make_repo(root: Path) -> Repo:
     bindir.mkdir()
     (bindir / "git").symlink_to(SHIM)
     log = root / "refusals.jsonl"
-    gitlog = root / "git-failures.jsonl"
     admin = main / ".git" / "worktrees" / "wt"
-    probes = [admin / "index", admin / "HEAD", main / ".git" / "refs" / "heads" / BRANCH]
-    assert all(p.is_file() for p in probes)
     env = dict(env, PATH=f"{bindir}{os.pathsep}{env['PATH']}",
-               CCM_GUARD_REAL_GIT=REAL_GIT, CCM_GUARD_BRANCH=BRANCH,
-               CCM_GUARD_LOG=str(log), CCM_GUARD_GITLOG=str(gitlog),
-               CCM_GUARD_PROBES=":".join(map(str, probes)))
-    return Repo(root, main, wt, base, main_only, env, log, gitlog, admin)
+               CCM_GUARD_REAL_GIT=REAL_GIT, CCM_GUARD_BRANCH=BRANCH, CCM_GUARD_LOG=str(log))
+    return Repo(root, main, wt, base, main_only, env, log, admin)
 
 
 @pytest.fixture
@@ -235,7 +230,28 @@ REFUSED = [
     # hooks off: only exactly /dev/null, and only on reads
     (["-c", "core.hooksPath=/dev/null/../x", "status"], "dangerous-config"),
     (["-c", "core.hooksPath=/dev/null/", "status"], "dangerous-config"),
-    (["-c", "core.hooksPath=", "status"], "dangerous-config"),
+    (["-c", "core.hooksPath=", "commit", "--allow-empty", "-m", "x"], "no-verify"),
+    (["-c", "hook.pre-commit.enabled=false", "commit", "--allow-empty", "-m", "x"], "no-verify"),
+    (["-c", "Hook.Pre-Commit.Enabled=OFF", "add", "a.txt"], "no-verify"),
+    (["-c", "hook.pre-commit.enabled=true", "status"], "dangerous-config"),
+    (["-c", "hook.pre-commit.command=touch /tmp/x", "status"], "dangerous-config"),
+    (["-c", "protocol.ext.allow=always", "status"], "dangerous-config"),
+    (["-c", "protocol.allow=user", "status"], "dangerous-config"),
+    (["-c", "submodule.recurse=true", "status"], "dangerous-config"),
+    (["-c", "submodule.x.update=!touch /tmp/x", "status"], "dangerous-config"),
+    (["-c", "help.autocorrect=1", "status"], "dangerous-config"),
+    (["-c", "help.autocorrect=immediate", "status"], "dangerous-config"),
+    (["-c", "credential.helper=!touch /tmp/x", "status"], "dangerous-config"),
+    (["-c", "core.askPass=/tmp/x", "status"], "dangerous-config"),
+    (["-c", "core.editor=vi", "status"], "dangerous-config"),
+    (["-c", "diff.external", "diff"], "dangerous-config"),  # true
+    (["-c", "alias.ST=!touch /tmp/pwned", "st"], "dangerous-config"),
+    (["-c", "alias.st.command=!touch /tmp/pwned", "st"], "dangerous-config"),
+    (["-c", "core.alternateRefsCommand=touch /tmp/x", "log", "--alternate-refs"], "dangerous-config"),
+    (["-c", "core.alternateRefsCommand=touch /tmp/x", "rev-list", "--stdin"], "dangerous-config"),
+    (["-c", "core.alternateRefsCommand=touch /tmp/x", "fetch"], "dangerous-config"),
+    (["-c", "core.alternateRefsCommand=touch /tmp/x", "no-such-alias"], "dangerous-config"),
+    (["--config-env=diff.a=b.textconv=HOME", "log", "-p"], "dangerous-config"),  # git splits at the last =
     (["-c", "core.hooksPath", "status"], "dangerous-config"),
     (["-c", "core.hooksPath=/dev/null", "-c", "core.hooksPath=/tmp/x", "status"], "dangerous-config"),
     (["-c", "core.hooksPath=/tmp/x", "-c", "core.hooksPath=/dev/null", "status"], "dangerous-config"),
@@ -384,7 +400,6 @@ def test_refused(repo: Repo, case: tuple[list[str], str]) -> None:
     ("GIT_DIR", "../main/.git"),
     ("GIT_WORK_TREE", ".."),
     ("GIT_INDEX_FILE", "/tmp/index"),
-    ("GIT_CONFIG_PARAMETERS", "'core.hookspath'='/tmp/x'"),
     ("GIT_OBJECT_DIRECTORY", "/tmp/objects"),
     ("GIT_EXEC_PATH", "/tmp"),
     ("GIT_COMMON_DIR", "../main/.git"),
@@ -394,8 +409,6 @@ def test_refused(repo: Repo, case: tuple[list[str], str]) -> None:
     ("GIT_SHALLOW_FILE", "/tmp/shallow"),
     ("GIT_CONFIG_SYSTEM", "/tmp/evil"),
     ("GIT_CONFIG_SYSTEM", ""),
-    ("GIT_CONFIG_COUNT", "1"),
-    ("GIT_CONFIG_COUNT", "00"),
 ])
 def test_refused_redirect_environment(repo: Repo, var: str, value: str) -> None:
     # Accepted variables beside it are not named.
@@ -409,7 +422,8 @@ def test_refused_redirect_environment_names_every_variable(repo: Repo) -> None:
     env = dict(repo.env, GIT_DIR=".git", GIT_CONFIG_SYSTEM="/etc/x", GIT_CONFIG_COUNT="2",
                GIT_CONFIG_GLOBAL="/dev/null")
     err = assert_refused(repo, ["log"], "redirect", env=env)
-    assert err.startswith(b"ccm-guard: refused: GIT_DIR GIT_CONFIG_SYSTEM GIT_CONFIG_COUNT set: ")
+    # The config pairs are judged on their own (never reached here).
+    assert err.startswith(b"ccm-guard: refused: GIT_DIR GIT_CONFIG_SYSTEM set: ")
 
 
 @pytest.mark.parametrize("extra", [
@@ -433,6 +447,261 @@ def test_allowed_config_environment(repo: Repo, extra: dict[str, str]) -> None:
                  ["-c", "color.ui=never", "var", "GIT_AUTHOR_IDENT"]):
         assert_same(shim(repo, *args, env=env), real(repo, *args, env=env))
     assert not repo.log.exists()
+
+
+# --- configuration in the environment, as real agents pass it ---------------------------
+
+HOOK_NAMES = (
+    "applypatch-msg pre-applypatch post-applypatch pre-commit pre-merge-commit "
+    "prepare-commit-msg commit-msg post-commit pre-rebase post-checkout post-merge pre-push "
+    "pre-receive update proc-receive post-receive post-update reference-transaction "
+    "push-to-checkout pre-auto-gc post-rewrite sendemail-validate fsmonitor-watchman "
+    "p4-changelist p4-prepare-changelist p4-post-changelist p4-pre-submit post-index-change"
+).split()
+# Claude Code 2.1.x, for its own git calls (seen through a `git` on PATH that dumps its
+# environment): 39 pairs, the same ones again as -c, and GIT_CONFIG_PARAMETERS.
+CLAUDE_PAIRS = [
+    ("core.fsmonitor", ""), ("core.hooksPath", "/dev/null"), ("core.askPass", ""),
+    ("protocol.ext.allow", "never"),
+    ("core.alternateRefsCommand",
+     "f() { git --git-dir=\"$1\" for-each-ref --format='%(objectname)'; }; f"),
+    ("submodule.recurse", "false"), ("log.showSignature", "false"), ("format.pretty", "medium"),
+    ("gc.auto", "0"), ("maintenance.auto", "false"), ("diff.autoRefreshIndex", "false"),
+    *[(f"hook.{name}.enabled", "false") for name in HOOK_NAMES],
+]
+assert len(CLAUDE_PAIRS) == 39
+CLAUDE_C = [w for k, v in [*CLAUDE_PAIRS[2:], ("core.hooksPath", "/dev/null"),
+                           ("core.fsmonitor", ""), ("safe.bareRepository", "explicit"),
+                           ("protocol.file.allow", "never")] for w in ("-c", f"{k}={v}")]
+
+
+def pairs_env(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for i, (k, v) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = k, v
+    return env
+
+
+def sq(text: str) -> str:
+    """git's sq_quote_buf: ' and ! leave the quotes."""
+    return "'" + text.replace("'", "'\\''").replace("!", "'\\!'") + "'"
+
+
+CLAUDE_ENV = {
+    **pairs_env(CLAUDE_PAIRS),
+    "GIT_CONFIG_PARAMETERS": " ".join(f"{sq(k)}={sq(v)}" for k, v in [
+        ("alias.remote-none", "version"), ("alias.remote-none.command", "version"),
+        ("alias.remote-/.command", "version"), ("fetch.bundleURI", ""), ("help.autocorrect", "0")]),
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_SSH_COMMAND": "false", "GIT_PROXY_COMMAND": "",
+    "GIT_TERMINAL_PROMPT": "0", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_ALLOW_PROTOCOL": "/",
+    "GIT_LFS_SKIP_SMUDGE": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_TRACE2": "0",
+}
+CLAUDE_READS = [
+    [*CLAUDE_C, "config", "--local", "--includes", "-z", "--list"],
+    [*CLAUDE_C, "config", "--worktree", "--includes", "-z", "--list"],
+    [*CLAUDE_C, "-c", "core.ignorecase=false", "rev-parse", "--is-inside-work-tree", "--show-cdup"],
+    [*CLAUDE_C, "config", "user.name"],
+    [*CLAUDE_C, "--no-optional-locks", "log", "--oneline", "-n", "5"],
+    [*CLAUDE_C, "--no-optional-locks", "status", "--short", "--ignore-submodules=dirty"],
+    [*CLAUDE_C, "remote", "get-url", "origin"],
+    [*CLAUDE_C, "remote"],
+    ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=", "-c", "safe.bareRepository=explicit",
+     "-c", "protocol.file.allow=never", "ls-files", "--error-unmatch", "--",
+     ":(icase).claude/settings.local.json"],
+]
+# Gemini CLI 0.61, for every command of its shell tool.
+GEMINI_ENV = {
+    "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_SYSTEM": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1",
+    **pairs_env([("credential.helper", ""), ("core.fsmonitor", ""), ("core.hooksPath", ""),
+                 ("core.sshCommand", ""), ("core.pager", "cat"), ("core.editor", ""),
+                 ("sequence.editor", ""), ("diff.external", "")]),
+    "GIT_ASKPASS": "", "GIT_PAGER": "cat", "PAGER": "cat", "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+@pytest.mark.parametrize("args", CLAUDE_READS, ids=lambda a: " ".join(a[a.index("--list") - 3:] if "--list" in a else a[-4:]))
+def test_claude_code_own_reads_pass(repo: Repo, args: list[str]) -> None:
+    env = dict(repo.env, **CLAUDE_ENV)
+    assert_same(shim(repo, *args, env=env), real(repo, *args, env=env))
+    assert not repo.log.exists()
+
+
+def test_claude_code_env_keeps_remote_commands_refused(repo: Repo) -> None:
+    env = dict(repo.env, **CLAUDE_ENV)
+    assert_refused(repo, ["remote", "add", "x", "../x"], "remote", env=env)
+    # git would run core.alternateRefsCommand there: refused before the remote check.
+    assert_refused(repo, ["ls-remote", "."], "dangerous-config", env=env)
+    assert_refused(repo, ["fetch", "origin"], "dangerous-config", env=env)
+    assert_refused(repo, ["push"], "dangerous-config", env=env)
+
+
+def _install_hook(r: Repo) -> Path:
+    """A pre-commit hook (in the common dir, as for every worktree) that records that it
+    ran and the configuration variables it saw."""
+    marker = r.root / "hook-ran"
+    hook = r.main / ".git" / "hooks" / "pre-commit"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(f"#!/bin/sh\n{{ echo ran; printf '%s\\n' \"${{GIT_CONFIG_PARAMETERS-unset}}\";"
+                    f" env | grep '^GIT_CONFIG_KEY_' | sort; }} >> '{marker}'\n")
+    hook.chmod(0o755)
+    return marker
+
+
+def test_gemini_env_adds_and_commits_with_the_tasks_hooks(twins: tuple[Repo, Repo]) -> None:
+    """Gemini's empty core.hooksPath would skip the hooks: on a write it is neutralised,
+    silently (no refusal logged), and the task's pre-commit hook runs."""
+    a, b = twins
+    marker_a, marker_b = _install_hook(a), _install_hook(b)
+    env_a, env_b = dict(a.env, **GEMINI_ENV), dict(b.env, **GEMINI_ENV)
+    for r in (a, b):
+        (r.wt / "hello.txt").write_text("hello\n")
+    assert_same(shim(a, "add", "hello.txt", env=env_a), real(b, "add", "hello.txt", env=env_b))
+    assert shim(a, "commit", "-q", "-m", "Add hello", env=env_a).returncode == 0
+    assert marker_a.read_text().splitlines() == [
+        "ran", "unset", *sorted(f"GIT_CONFIG_KEY_{i}={k}" for i, k in enumerate(
+            ["credential.helper", "core.fsmonitor", "ccm-guard.neutralised", "core.sshCommand",
+             "core.pager", "core.editor", "sequence.editor", "diff.external"]))]
+    assert real(a, "log", "-1", "--format=%s").stdout == b"Add hello\n"
+    # The real git with the same environment skips the hook.
+    assert real(b, "commit", "-q", "-m", "Add hello", env=env_b).returncode == 0
+    assert not marker_b.exists()
+    # Reads keep the hooks off, byte for byte.
+    for args in (["rev-parse", "--show-toplevel"], ["rev-parse", "--git-common-dir"],
+                 ["status", "--porcelain"], ["log", "-1", "--format=subject:%s"],
+                 ["diff", "HEAD~1"]):  # diff.external= : git 2.39 fails to run ''
+        assert_same(shim(a, *args, env=env_a), real(a, *args, env=env_a))
+    assert not a.log.exists()
+
+
+@pytest.mark.parametrize("hooks_off", [
+    {"GIT_CONFIG_PARAMETERS": "'core.hookspath'='/dev/null' 'user.name'='O'\\''Brien'\\!''"},
+    {"GIT_CONFIG_PARAMETERS": "'user.name=O'\\''Brien'\\!'' 'hook.pre-commit.enabled'='false' 'core.hooksPath='"},
+    {**pairs_env([("user.name", "O'Brien!"), ("Core.HooksPath", "/dev/null")])},
+], ids=["params new style", "params old style", "count"])
+def test_env_hooks_off_on_a_commit_is_neutralised(repo: Repo, hooks_off: dict[str, str]) -> None:
+    marker = _install_hook(repo)
+    env = dict(repo.env, **hooks_off)
+    res = shim(repo, "commit", "--allow-empty", "-q", "-m", "x", env=env)
+    assert res.returncode == 0, res.stderr
+    lines = marker.read_text().splitlines()
+    assert lines[0] == "ran"
+    if "GIT_CONFIG_PARAMETERS" in hooks_off:  # rebuilt without the item, quoting intact
+        assert lines[1] in ("'user.name'='O'\\''Brien'\\!'' ", "'user.name=O'\\''Brien'\\!'' ")
+    else:
+        assert lines[2:] == ["GIT_CONFIG_KEY_0=user.name", "GIT_CONFIG_KEY_1=ccm-guard.neutralised"]
+    assert real(repo, "config", "user.name", env=env).stdout == b"O'Brien!\n"
+    assert not repo.log.exists()
+    # A role that allows skipping hooks keeps them off.
+    marker.unlink()
+    env["CCM_GUARD_ALLOW"] = "no-verify"
+    assert shim(repo, "commit", "--allow-empty", "-q", "-m", "y", env=env).returncode == 0
+    assert not marker.exists()
+
+
+ENV_PAIRS_REFUSED = [
+    # (key, value, args): each pair runs a program or steers git
+    ("core.sshCommand", "evil", ["status"]),
+    ("diff.external", "touch /tmp/pwned", ["diff"]),
+    ("filter.x.clean", "touch /tmp/pwned", ["add", "a.txt"]),
+    ("include.path", "/tmp/evil.gitconfig", ["status"]),
+    ("includeIf.gitdir:/.path", "/tmp/evil.gitconfig", ["status"]),
+    ("core.pager", "less", ["log", "-1"]),  # the pager on: a program
+    ("pager.log", "true", ["log", "-1"]),
+    ("core.hooksPath", "/tmp/hooks", ["status"]),
+    ("core.hooksPath", "/dev/null/", ["status"]),
+    ("alias.st", "!touch /tmp/pwned", ["st"]),
+    ("ALIAS.St", "!touch /tmp/pwned", ["st"]),
+    ("alias.st.command", "!touch /tmp/pwned", ["st"]),
+    ("protocol.ext.allow", "always", ["status"]),
+    ("help.autocorrect", "immediate", ["status"]),
+    ("credential.helper", "!touch /tmp/pwned", ["status"]),
+    ("core.editor", "touch /tmp/pwned", ["commit", "--allow-empty"]),
+    ("hook.pre-commit.command", "touch /tmp/pwned", ["status"]),
+    ("core.alternateRefsCommand", "touch /tmp/pwned", ["log", "--alternate-refs"]),
+    ("Diff.MyDriver.TextConv", "cat", ["log", "-p"]),
+]
+
+
+def _pair_id(c: tuple[str, str, list[str]]) -> str:
+    return f"{c[0]}={c[1]} {' '.join(c[2])}"
+
+
+@pytest.mark.parametrize("case", ENV_PAIRS_REFUSED, ids=[_pair_id(c) for c in ENV_PAIRS_REFUSED])
+@pytest.mark.parametrize("how", ["count", "params", "params old style", "after claude"])
+def test_env_pair_that_runs_a_program_is_refused(repo: Repo, case: tuple[str, str, list[str]],
+                                                 how: str) -> None:
+    key, value, args = case
+    if how == "count":
+        extra = pairs_env([("color.ui", "never"), (key, value)])
+        origin = "GIT_CONFIG_KEY_1: "
+    elif how == "params":
+        extra = {"GIT_CONFIG_PARAMETERS": f"'color.ui'='never' {sq(key)}={sq(value)}"}
+        origin = "GIT_CONFIG_PARAMETERS: "
+    elif how == "params old style":
+        extra = {"GIT_CONFIG_PARAMETERS": f"'color.ui=never'\t{sq(key + '=' + value)}"}
+        origin = "GIT_CONFIG_PARAMETERS: "
+    else:
+        extra = dict(CLAUDE_ENV, **pairs_env([*CLAUDE_PAIRS, (key, value)]))
+        origin = "GIT_CONFIG_KEY_39: "
+    env = dict(repo.env, **extra)
+    err = assert_refused(repo, args, "dangerous-config", env=env)
+    if not key.lower().startswith(("alias.", "core.alternaterefscommand")):
+        assert err.startswith(f"ccm-guard: refused: {origin}{key.lower()} ".encode()), err
+
+
+@pytest.mark.parametrize("extra", [
+    {"GIT_CONFIG_COUNT": "1"},
+    {"GIT_CONFIG_COUNT": "2", **pairs_env([("color.ui", "never")])} | {"GIT_CONFIG_COUNT": "2"},
+    {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "color.ui"},
+    {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_VALUE_0": "never"},
+    {"GIT_CONFIG_COUNT": "x"},
+    {"GIT_CONFIG_COUNT": "-1"},
+    {"GIT_CONFIG_COUNT": "1k", **pairs_env([("color.ui", "never")])} | {"GIT_CONFIG_COUNT": "1k"},
+    {"GIT_CONFIG_PARAMETERS": "core.pager=cat"},
+    {"GIT_CONFIG_PARAMETERS": "'core.pager'='cat"},
+    {"GIT_CONFIG_PARAMETERS": "'core.pager'cat"},
+    {"GIT_CONFIG_PARAMETERS": "'core.pager'='cat'x"},
+    {"GIT_CONFIG_PARAMETERS": " 'core.pager'='cat'"},
+    {"GIT_CONFIG_PARAMETERS": "'core.pager'\\'x'"},
+    {"GIT_CONFIG_PARAMETERS": "'color.ui'='never' 'core.hooksPath'=/tmp/x"},
+], ids=lambda e: " ".join(f"{k}={v}" for k, v in e.items()))
+def test_malformed_config_environment_is_refused_like_git(repo: Repo, extra: dict[str, str]) -> None:
+    """What git itself rejects ("missing config key", "bogus format") is refused."""
+    env = dict(repo.env, **extra)
+    assert real(repo, "status", env=env).returncode == 128
+    err = assert_refused(repo, ["status"], "redirect", env=env)
+    assert err.startswith((b"ccm-guard: refused: GIT_CONFIG_COUNT=", b"ccm-guard: refused: GIT_CONFIG_PARAMETERS ")), err
+
+
+@pytest.mark.parametrize("count", ["00", "01", "1000"])
+def test_unusual_config_counts_are_refused(repo: Repo, count: str) -> None:
+    """git reads 01 as 1; the shim takes only plain counts up to 999."""
+    env = {**repo.env, **pairs_env([("color.ui", "never")] * 1000), "GIT_CONFIG_COUNT": count}
+    assert_refused(repo, ["status"], "redirect", env=env)
+
+
+@pytest.mark.parametrize("params", [
+    "",
+    "'color.ui'='never' ",
+    "'log.abbrevCommit' 'color.ui'=",  # 'key' and 'key'= : true
+    "'user.name'='O'\\''Brien'\\!''\t'color.ui=never'",
+    "'diff.a=b.x'='y'",  # a subsection with =: key diff.a=b.x, harmless
+], ids=repr)
+def test_config_parameters_that_git_accepts_pass(repo: Repo, params: str) -> None:
+    env = dict(repo.env, GIT_CONFIG_PARAMETERS=params)
+    for args in (["config", "--get-regexp", "^(user|color|log|diff)\\."], ["log", "-1"]):
+        assert_same(shim(repo, *args, env=env), real(repo, *args, env=env))
+    assert not repo.log.exists()
+
+
+def test_env_alias_of_another_command_passes(repo: Repo) -> None:
+    """alias.X matters only for `git X`."""
+    env = dict(repo.env, **pairs_env([("alias.st", "!touch /tmp/pwned"), ("alias.status", "!x")]))
+    for args in (["log", "-1"], ["diff", "HEAD~1"]):
+        assert_same(shim(repo, *args, env=env), real(repo, *args, env=env))
+    assert_refused(repo, ["st"], "dangerous-config", env=env)
+    # git would ignore an alias named like a builtin; the shim does not know the builtins.
+    assert_refused(repo, ["status"], "dangerous-config", env=env)
 
 
 def test_checkout_word_of_a_remote_tracking_branch_is_a_switch(repo: Repo) -> None:
@@ -581,6 +850,14 @@ READ_ONLY = [
     ["-c", "core.pager=", "log", "-1"],
     ["-c", "pager.log=false", "-c", "Pager.Diff=No", "-c", "pager.show=cat", "log", "-1"],
     ["-c", "pager.status=", "status"],
+    ["-c", "core.hooksPath=", "status"],  # empty: git 2.39 looks for hooks in /
+    ["-c", "hook.pre-commit.enabled=false", "-c", "hook.post-index-change.enabled=no", "status"],
+    ["-c", "protocol.ext.allow=never", "-c", "Protocol.Allow=NEVER", "-c", "submodule.recurse=false", "log", "-1"],
+    ["-c", "core.askPass=", "-c", "core.sshCommand=", "-c", "credential.helper=", "status"],
+    ["-c", "credential.https://example.com.helper=", "-c", "help.autocorrect=0", "status"],
+    ["-c", "core.editor=", "-c", "sequence.editor=", "-c", "diff.external=", "log", "-1"],
+    ["-c", "alias.st=!touch /tmp/pwned", "status"],  # not the command being run
+    ["-c", "core.alternateRefsCommand=f() { git --git-dir=\"$1\" for-each-ref; }; f", "log", "-1"],
     ["-c", "color.ui=always", "-c", "core.hooksPath=/dev/null", "diff", "main"],
 ]
 
@@ -676,7 +953,6 @@ def test_allowed_write_matches_twin(twins: tuple[Repo, Repo], case: tuple[list[s
     for s in state:
         assert_same(real(a, *s), real(b, *s))
     assert not a.log.exists()
-    assert not a.gitlog.exists()
 
 
 def test_allowed_by_role(repo: Repo) -> None:
@@ -701,29 +977,7 @@ def test_arguments_survive_untouched(repo: Repo, tmp_path: Path) -> None:
 
 # --- watched commands: a failed write is looked into ----------------------------------
 
-def test_watched_failure_with_writable_metadata_records_nothing(twins: tuple[Repo, Repo]) -> None:
-    """Nothing to commit: git's status and output reach the caller, the probes find the
-    metadata writable, nothing is recorded and no probe changes."""
-    a, b = twins
-    probes = [Path(p) for p in a.env["CCM_GUARD_PROBES"].split(":")]
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in probes}
-    got, expected = shim(a, "commit", "-m", "nothing"), real(b, "commit", "-m", "nothing")
-    assert got.returncode == 1
-    assert_same(got, expected)
-    assert not a.gitlog.exists()
-    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in probes} == before
-
-
-def test_watched_probes_never_create_files(repo: Repo) -> None:
-    missing, relative = repo.root / "gone" / "index", "rel-probe"
-    env = dict(repo.env, CCM_GUARD_PROBES=f"{missing}::{relative}:{repo.root / 'nodir'}")
-    res = shim(repo, "commit", "-m", "nothing", env=env)
-    assert res.returncode == 1
-    assert not missing.parent.exists() and not (repo.wt / relative).exists()
-    assert not (repo.root / "nodir").exists() and not repo.gitlog.exists()
-
-
-def test_watched_command_keeps_stdin_and_status(twins: tuple[Repo, Repo]) -> None:
+def test_commit_keeps_stdin_and_status(twins: tuple[Repo, Repo]) -> None:
     a, b = twins
     for r in (a, b):
         _prepare_dirty(r)
@@ -736,59 +990,7 @@ def test_watched_command_keeps_stdin_and_status(twins: tuple[Repo, Repo]) -> Non
     assert real(a, "log", "-1", "--format=%B").stdout == b"from stdin\n\nbody\n\n"
     # A usage error: git's own status (129) and message.
     assert_same(shim(a, "commit", "--no-such-option"), real(b, "commit", "--no-such-option"))
-    assert not a.gitlog.exists()
 
-
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
-@pytest.mark.parametrize("gitlog", [True, False], ids=["watched", "exec"])
-def test_watched_command_is_a_child_only_with_a_git_log(repo: Repo, tmp_path: Path, gitlog: bool) -> None:
-    env = dict(repo.env) if gitlog else {k: v for k, v in repo.env.items() if k != "CCM_GUARD_GITLOG"}
-    out = tmp_path / "strace.out"
-    res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
-                          "git", "add", "a.txt"], cwd=repo.wt, env=env, capture_output=True,
-                         timeout=TIMEOUT)
-    assert res.returncode == 0, res.stderr
-    execs = [line.split(None, 1) for line in out.read_text().splitlines()
-             if "execve(" in line and line.rstrip().endswith("= 0")]
-    assert len(execs) == 2, execs
-    assert f'execve("{REAL_GIT}"' in execs[1][1]
-    assert (execs[0][0] != execs[1][0]) == gitlog  # another process: a child, not exec
-
-
-@needs_landlock
-def test_commit_blocked_by_landlock_is_recorded(repo: Repo) -> None:
-    """A sandbox without the admin dir: git's exit status and message reach the caller,
-    and the shim records which probe was denied and why."""
-    (repo.wt / "a.txt").write_text("work\n")
-    assert shim(repo, "add", "a.txt").returncode == 0
-    writable = [repo.wt, repo.root / "logs"]  # not main/.git (the admin dir, the refs)
-    writable[1].mkdir()
-    env = dict(repo.env, CCM_GUARD_GITLOG=str(writable[1] / "git.jsonl"),
-               CCM_GUARD_LOG=str(writable[1] / "refusals.jsonl"))
-    message = 'work "quoted" \\ back\nnewline é'
-    ruleset = sandbox.prepare(writable)
-    try:
-        res = subprocess.run(["git", "commit", "-q", "-m", message], cwd=repo.wt, env=env,
-                             capture_output=True, timeout=TIMEOUT, preexec_fn=ruleset.enforce)
-    finally:
-        ruleset.close()
-    index = repo.admin / "index"
-    assert res.returncode == 128
-    assert res.stderr == f"fatal: Unable to create '{index}.lock': Permission denied\n".encode()
-    lines = (writable[1] / "git.jsonl").read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 1
-    record = json.loads(lines[0])
-    assert list(record) == ["ts", "event", "status", "argv", "denied", "reason"]
-    assert isinstance(record["ts"], int) and record["ts"] > 1_600_000_000
-    assert record["event"] == "git-failed" and record["status"] == 128
-    assert record["argv"] == ["commit", "-q", "-m", message]
-    assert record["denied"] == str(index) and record["reason"] == "Permission denied"
-    assert not (writable[1] / "refusals.jsonl").exists()
-    assert real(repo, "rev-parse", "HEAD").stdout.decode().strip() == \
-        real(repo, "rev-parse", BRANCH).stdout.decode().strip()
-
-
-# --- fail closed ------------------------------------------------------------------
 
 def _no_git(res: subprocess.CompletedProcess[bytes], value: str) -> None:
     assert res.returncode == 1
@@ -864,6 +1066,22 @@ def test_allowed_path_execs_only_git(repo: Repo, tmp_path: Path, args: list[str]
              if "execve(" in line and line.rstrip().endswith("= 0")]
     assert len(execs) == 2, execs
     assert f'execve("{repo.root / "bin" / "git"}"' in execs[0]
+    assert f'execve("{REAL_GIT}"' in execs[1]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+@pytest.mark.parametrize("agent", ["claude", "gemini"])
+def test_env_config_is_judged_without_forking(repo: Repo, tmp_path: Path, agent: str) -> None:
+    """Judging (and neutralising) the environment's pairs uses builtins only."""
+    env, args = (dict(repo.env, **CLAUDE_ENV), CLAUDE_READS[5]) if agent == "claude" else \
+        (dict(repo.env, **GEMINI_ENV), ["add", "a.txt"])  # a write: neutralised
+    out = tmp_path / "strace.out"
+    res = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(out),
+                          "git", *args], cwd=repo.wt, env=env, capture_output=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    execs = [line for line in out.read_text().splitlines()
+             if "execve(" in line and line.rstrip().endswith("= 0")]
+    assert len(execs) == 2, execs
     assert f'execve("{REAL_GIT}"' in execs[1]
 
 
