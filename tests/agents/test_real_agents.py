@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import AgentRun, Agents, aider_run, claude_run, codex_run, make_lived_home
+from agent_harness import AgentRun, Agents, aider_run, claude_run, codex_run, gemini_run, make_lived_home
 from agent_harness import agents, fresh_home, model  # noqa: F401  (fixtures)
 from conftest import git
 from models import ModelServer, Say, Shell, Step
@@ -154,6 +154,26 @@ def test_codex_git_error_kept_in_its_own_output_is_recovered(agents: Agents, mod
     assert message.count("Recovery-Reason: sandbox blocked commit") == 1
     assert git(repo, "show", f"{verdict['branch']}:hello.txt") == "hello from the agent"
     assert code == 0, context
+
+
+# -- Gemini CLI -----------------------------------------------------------------------------------
+
+def test_gemini_benign_run_passes_with_its_home_seeded_and_trust_carried(agents: Agents, model: ModelServer,
+                                                                         repo: Path, fresh_home: Path) -> None:
+    """Gemini's shell hides ~/.gitconfig from git (GIT_CONFIG_GLOBAL=/dev/null) and switches
+    hooks off through GIT_CONFIG_COUNT: the identity comes from the task's own config, and
+    the shim switches the hooks back on. The folder is trusted in the person's home only
+    (for the main checkout); the task's worktree gets that trust in the private copy."""
+    run = gemini_run(agents, model, "Add hello.txt and commit it.", home=fresh_home, trusted=[repo])
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        run.env.pop(name)
+    before = _digest(fresh_home)
+    model.script = list(BENIGN)
+    code, verdict, stderr = _exec(run, repo)
+    _assert_benign(code, verdict, stderr, model)
+    assert verdict["profile"] == "gemini"
+    assert git(repo, "log", "-1", "--format=%an", verdict["branch"]) == "Agent"  # ~/.gitconfig's, via the task
+    assert _digest(fresh_home) == before
 
 
 # -- aider ----------------------------------------------------------------------------------------
