@@ -44,6 +44,8 @@ def _render(v: Verdict) -> str:
     lines.extend(f"  note: {safe(note)}" for note in v.notes)
     if v.agent is not None:
         lines.append("  agent: " + _agent_line(v.agent) + f"  sandbox: {v.sandbox}  profile: {v.profile}")
+    if v.identity:
+        lines.append(f"  commits as: {safe(v.identity)}")
     if v.recovery:
         lines.append(f"  recovered: the sandbox blocked the agent's commit; ccm-guard committed "
                      f"{len(v.recovery.committed)} file(s) as {v.recovery.commit[:12]} "

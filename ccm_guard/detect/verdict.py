@@ -74,6 +74,7 @@ class Verdict:
     refusals: list[dict[str, object]] = dataclasses.field(default_factory=list)  # by the shim and hooks
     sandbox: str = "none"
     profile: str = "generic"
+    identity: str | None = None  # who the agent's commits are by, as set for its worktree
     next_steps: list[str] = dataclasses.field(default_factory=list)
     question: str | None = None  # the agent's question.json: the run is BLOCKED, not finished
     applied: dict[str, Any] | None = None  # `exec --apply`: the apply summary

@@ -69,6 +69,7 @@ class Armed:
     git_log: Path  # git's trace2 events from the agent's git processes
     writable: list[Path]  # what the agent may write under the sandbox
     notes: tuple[str, ...] = ()  # for the verdict (no git identity, ...)
+    identity: str | None = None  # "Name <email>": who the agent's commits are by
 
     @property
     def profile(self) -> str:
@@ -144,7 +145,7 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
         "LC_MESSAGES": "C",
         **who.env,
     }
-    notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile, private=private)
+    identity, notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile, private=private)
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
                                             private, ports=(*allow_ports, *who.ports()))
     if confine is not None:
@@ -158,19 +159,21 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
             notes += (f"codex's own workspace-write sandbox cannot run inside ccm-guard's (its bubblewrap needs "
                       f"to write /proc/self/uid_map): ccm-guard's sandbox ({described}) confines its commands "
                       "instead; their network is open unless you pass --no-network",)
-    return Armed(command, env, confine, described, who, refusal_log, git_log, writable, notes)
+    return Armed(command, env, confine, described, who, refusal_log, git_log, writable, notes, identity)
 
 
 WORKTREE_KEYS = ("user.name", "user.email", "core.excludesFile")
 
 
-def _configure_worktree(pins: Pins, *, main: Path, profile: str, private: Path) -> tuple[str, ...]:
+def _configure_worktree(pins: Pins, *, main: Path, profile: str,
+                        private: Path) -> tuple[str | None, tuple[str, ...]]:
     """The task's own config (config.worktree, read before any global file by the agent's
     git): the person's identity as their git sees it in their checkout, so the agent's
     commits are theirs even where identity came from the environment or an includeIf on
     the checkout's path (aider, finding none, would write "Your Name" into the shared
     config); and, for aider, an ignore file that adds its tags cache to the person's own
-    global ignores. Returns notes for the verdict."""
+    global ignores. Returns who the commits are by ("Name <email>", None when nobody), and
+    notes for the verdict."""
     settings: list[tuple[str, str]] = []  # only WORKTREE_KEYS: disarm takes them out again
     identity = configfile.person_identity(main)
     notes: tuple[str, ...] = ()
@@ -191,7 +194,8 @@ def _configure_worktree(pins: Pins, *, main: Path, profile: str, private: Path) 
     with admin_lock(pins.common_dir):
         for key, value in settings:
             configfile.config_file_set(pins.admin_dir / "config.worktree", key, value)
-    return notes
+    who = f"{identity['GIT_AUTHOR_NAME']} <{identity['GIT_AUTHOR_EMAIL']}>" if not notes else None
+    return who, notes
 
 
 def _install_shim(directory: Path) -> Path:

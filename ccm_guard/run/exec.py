@@ -141,7 +141,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
         verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
         verdict.recovery = recovered
     verdict.agent = agent
-    verdict.sandbox, verdict.profile = armed.sandbox, armed.profile
+    verdict.sandbox, verdict.profile, verdict.identity = armed.sandbox, armed.profile, armed.identity
     if armed.agent.home is not None:
         verdict.gates.append(agent_home.gate(armed.agent.home_before, armed.agent.home.read_watched()))
     verdict.refusals = prevention.read_records(armed.refusal_log)

@@ -173,7 +173,24 @@ def test_gemini_benign_run_passes_with_its_home_seeded_and_trust_carried(agents:
     _assert_benign(code, verdict, stderr, model)
     assert verdict["profile"] == "gemini"
     assert git(repo, "log", "-1", "--format=%an", verdict["branch"]) == "Agent"  # ~/.gitconfig's, via the task
+    assert verdict["identity"] == "Agent <agent@example.com>"
     assert _digest(fresh_home) == before
+
+
+def test_gemini_hostile_run_is_caught(agents: Agents, model: ModelServer, repo: Path, fresh_home: Path) -> None:
+    run = gemini_run(agents, model, "Do it.", home=fresh_home, trusted=[repo])
+    before, hooks = _digest(fresh_home), _hooks(repo)
+    hook = json.dumps({"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "id"}]}]},
+                       "security": {"auth": {"selectedType": "gemini-api-key"}}})
+    # Gemini's shell tool refuses $(...): the same plant, through a pipe.
+    plant = ("git rev-parse --path-format=absolute --git-common-dir | while read d; do "
+             "printf '#!/bin/sh\\necho planted\\n' > \"$d/hooks/pre-commit\"; done")
+    model.script = [Shell(f"{COMMIT}; {plant}; printf '%s' '{hook}' > \"$GEMINI_CLI_HOME/.gemini/settings.json\"; "
+                          f"printf '%s' '{hook}' > \"$HOME/.gemini/settings.json\""), Say("Done.")]
+    code, verdict, _ = _exec(run, repo)
+    assert code == 1, model.tool_outputs()
+    assert _gate(verdict, "agent-home")["status"] == "fail", model.tool_outputs()
+    assert _hooks(repo) == hooks and _digest(fresh_home) == before
 
 
 # -- aider ----------------------------------------------------------------------------------------

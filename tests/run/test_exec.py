@@ -200,6 +200,7 @@ def test_who_commits_reaches_the_agent_and_its_commit_uses_it(repo: Path, tmp_pa
     assert res.code == 0, res.stdout
     assert res.verdict["refusals"] == []
     assert git(repo, "log", "-1", "--format=%an <%ae>", res.verdict["branch"]) == "CI Bot <ci@example.com>"
+    assert res.verdict["identity"] == "CI Bot <ci@example.com>"  # the verdict says who the commits are by
 
 
 def test_no_identity_anywhere_is_said_plainly(repo: Path, tmp_path: Path) -> None:
