@@ -18,8 +18,11 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Callable, Mapping
+
+from ccm_guard.files import read_regular
 
 # Larger files are not read for judging, nor parsed for trust (a home's settings are small).
 READ_LIMIT = 16 << 20
@@ -37,12 +40,14 @@ class Home:
     def read_watched(self) -> dict[str, bytes]:
         """The watched files as they are now (directories walked, links not followed)."""
         found: dict[str, bytes] = {}
-        for name in self.watched:
+        for name in _expand(self.path, self.watched):
             top = self.path / name
             if top.is_dir() and not top.is_symlink():
                 for root, dirs, files in os.walk(top):
                     dirs.sort()
-                    for file in sorted(files):
+                    # A link to a directory is listed with the directories and not walked.
+                    links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+                    for file in sorted(files + links):
                         full = Path(root, file)
                         name = str(full.relative_to(self.path))
                         if not name.startswith(self.unwatched):
@@ -53,13 +58,15 @@ class Home:
 
 
 def _read(path: Path) -> bytes:
+    """A watched file's content; a link, a FIFO or a device as what it is, never opened."""
     try:
-        if path.is_symlink():
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
             return b"symlink -> " + os.fsencode(os.readlink(path))
-        with open(path, "rb") as fh:
-            return fh.read(READ_LIMIT)
     except OSError as exc:
         return f"unreadable: {exc.strerror}".encode()
+    data = read_regular(path, READ_LIMIT)
+    return data if data is not None else f"not a regular file (mode {info.st_mode:o})".encode()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +109,12 @@ def _codex_trust(state: Path, main: Path, worktree: Path) -> None:
     if _trusted_entry(projects, main, lambda e: isinstance(e, dict) and e.get("trust_level") == "trusted") is None:
         return
     # A TOML basic string is JSON's string syntax for these characters; the table is new.
-    _write_private(path, path.read_bytes() + f'\n[projects.{json.dumps(str(worktree))}]\n'
-                   'trust_level = "trusted"\n'.encode())
+    text = path.read_text() + f'\n[projects.{json.dumps(str(worktree))}]\ntrust_level = "trusted"\n'
+    try:
+        tomllib.loads(text)
+    except ValueError:
+        return  # projects written as an inline table: leave the file as the person has it
+    _write_private(path, text.encode())
 
 
 def _gemini_trust(state: Path, main: Path, worktree: Path) -> None:
@@ -140,18 +151,19 @@ _SPECS = {
         trust=_claude_trust),
     "codex": _Spec(
         variable="CODEX_HOME", default=".codex", subdir="",
-        seed=("config.toml", "auth.json", "AGENTS.md", "AGENTS.override.md", "instructions.md", "prompts",
-              "rules", "skills"),
-        watched=("config.toml", "AGENTS.md", "AGENTS.override.md", "instructions.md", "prompts", "rules",
-                 "skills", "hooks.json"),
+        # Codex 0.169 keeps each --profile in <name>.config.toml beside config.toml.
+        seed=("config.toml", "*.config.toml", "auth.json", "AGENTS.md", "AGENTS.override.md", "instructions.md",
+              "prompts", "rules", "skills", ".env"),
+        watched=("config.toml", "*.config.toml", "AGENTS.md", "AGENTS.override.md", "instructions.md", "prompts",
+                 "rules", "skills", "hooks.json", ".env"),
         # Codex unpacks its built-in skills there on every start.
         unwatched=("skills/.system/",),
         trust=_codex_trust),
     "gemini": _Spec(
         variable="GEMINI_CLI_HOME", default=".gemini", subdir=".gemini",
-        seed=("settings.json", "oauth_creds.json", "google_accounts.json", "installation_id", "trustedFolders.json",
+        seed=("settings.json", "oauth_creds.json", "google_accounts.json", "installation_id", "trustedFolders.json", ".env",
               "GEMINI.md", "commands", "extensions", "policies"),
-        watched=("settings.json", "trustedFolders.json", "GEMINI.md", "commands", "extensions", "policies"),
+        watched=("settings.json", "trustedFolders.json", "GEMINI.md", "commands", "extensions", "policies", ".env"),
         trust=_gemini_trust),
 }
 
@@ -182,7 +194,7 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path,
     seeded = source if source.is_dir() else None
     if fresh:
         if seeded is not None:
-            for name in spec.seed:
+            for name in _expand(source, spec.seed):
                 _copy(source / name, state / name)
         if profile == "claude":
             # Claude keeps its global file beside the config dir only when the variable is
@@ -195,14 +207,24 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path,
                 watched=spec.watched, unwatched=spec.unwatched)
 
 
+def _expand(top: Path, names: tuple[str, ...]) -> list[str]:
+    """The names, with a pattern ("*.config.toml") replaced by what matches in `top`."""
+    found: list[str] = []
+    for name in names:
+        found += sorted(p.name for p in top.glob(name)) if "*" in name else [name]
+    return found
+
+
 def _copy(src: Path, dst: Path) -> None:
-    """Copy a file or a directory tree, links as links; what cannot be read is left out."""
+    """Copy a file or a directory tree by content: a link (a dotfile manager's) is followed,
+    never copied as a link, so nothing the agent writes in its home can reach the person's
+    file. What cannot be read is left out."""
     try:
-        if src.is_dir() and not src.is_symlink():
-            shutil.copytree(src, dst, symlinks=True, ignore_dangling_symlinks=True)
-        elif src.is_file() or src.is_symlink():
-            shutil.copy2(src, dst, follow_symlinks=False)
-    except OSError:
+        if src.is_dir():
+            shutil.copytree(src, dst, symlinks=False, ignore_dangling_symlinks=True)
+        elif src.is_file():
+            shutil.copy2(src, dst)
+    except (OSError, RecursionError):
         pass
 
 

@@ -14,7 +14,7 @@ import re
 import tomllib
 import urllib.parse
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 PROFILES = ("codex", "claude", "gemini", "aider", "generic")
 
@@ -103,23 +103,54 @@ def with_add_dirs(command: list[str], head: int, task_roots: list[Path]) -> list
 
 
 OUTER = "danger-full-access"
+_SHORT = {"-s": "--sandbox", "-c": "--config", "-p": "--profile"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+    at: int  # the word that holds the value
+    prefix: str  # what comes before the value in that word ("", "--sandbox=", "-s")
+    option: str  # --sandbox, --config or --profile
+    value: str
+
+
+def _codex_settings(args: Sequence[str]) -> Iterator[_Setting]:
+    """Codex's --sandbox, --config and --profile in every form (`-s X`, `--sandbox X`,
+    `--sandbox=X`, `-sX`), up to `--`."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return
+        long = next((name for name in _SHORT.values() if arg.startswith(name + "=")), None)
+        if long:
+            yield _Setting(i, long + "=", long, arg[len(long) + 1:])
+        elif (arg in _SHORT or arg in _SHORT.values()) and i + 1 < len(args):
+            yield _Setting(i + 1, "", _SHORT.get(arg, arg), args[i + 1])
+            i += 1
+        elif arg[:2] in _SHORT and len(arg) > 2:
+            yield _Setting(i, arg[:2], _SHORT[arg[:2]], arg[2:])
+        i += 1
+
+
+def _config_key(value: str) -> str:
+    return value.split("=", 1)[0].strip()
 
 
 def without_own_sandbox(command: list[str], head: int) -> list[str]:
     """Codex's workspace-write sandbox cannot run inside ccm-guard's: its bubblewrap must
     write /proc/self/uid_map, which Landlock keeps read-only, and its legacy Landlock mode
     refuses to run without bubblewrap. Inside ccm-guard's sandbox, which confines its
-    commands' writes at least as narrowly, codex runs them unsandboxed itself."""
+    commands' writes at least as narrowly, codex runs them unsandboxed itself. Every
+    choice of a sandbox on the command line is rewritten (a later -c would win over the
+    one added in front, which covers config.toml and a profile)."""
     args = list(command)
-    for i in range(head, len(args)):
-        if args[i] == "--":
-            break
-        if args[i] in ("-s", "--sandbox") and i + 1 < len(args):
-            args[i + 1] = OUTER
-        elif args[i].startswith("--sandbox="):
-            args[i] = f"--sandbox={OUTER}"
-        elif args[i] in ("-c", "--config") and i + 1 < len(args) and args[i + 1].split("=")[0].strip() == "sandbox_mode":
-            args[i + 1] = f'sandbox_mode="{OUTER}"'  # a later -c would win over the one added in front
+    for setting in _codex_settings(command[head:]):
+        at = head + setting.at
+        if setting.option == "--sandbox":
+            args[at] = setting.prefix + OUTER
+        elif setting.option == "--config" and _config_key(setting.value) == "sandbox_mode":
+            args[at] = setting.prefix + f'sandbox_mode="{OUTER}"'
     return _codex_options(args, head, ["-c", f'sandbox_mode="{OUTER}"'])
 
 
@@ -130,35 +161,29 @@ def _codex_options(command: list[str], head: int, options: list[str]) -> list[st
 
 def codex_workspace_write(args: list[str], codex_home: Path | None) -> bool:
     """Whether codex will run its own workspace-write sandbox, however it was chosen: -s /
-    --sandbox, -c sandbox_mode=..., a --profile, or config.toml in its home."""
+    --sandbox, -c sandbox_mode=..., a --profile (`<name>.config.toml` in its home, or a
+    [profiles] table), or config.toml in its home."""
     mode: str | None = None
     profile: str | None = None
-    i = 0
-    while i < len(args):
-        arg, value = args[i], args[i + 1] if i + 1 < len(args) else None
-        if arg == "--":
-            break
-        if arg in ("-s", "--sandbox", "-c", "--config", "-p", "--profile") and value is not None:
-            i += 1
-        elif "=" in arg and arg.split("=", 1)[0] in ("--sandbox", "--config", "--profile"):
-            arg, value = arg.split("=", 1)
-        if arg in ("-s", "--sandbox"):
-            mode = value
-        elif arg in ("-c", "--config") and value and value.split("=", 1)[0].strip() == "sandbox_mode":
-            mode = value.split("=", 1)[1].strip().strip("\"'") if "=" in value else None
-        elif arg in ("-p", "--profile"):
-            profile = value
-        elif arg == "--full-auto":  # codex before 0.1xx: workspace-write, on request
-            mode = "workspace-write"
-        elif arg == "--dangerously-bypass-approvals-and-sandbox":
-            mode = "danger-full-access"
-        i += 1
+    for setting in _codex_settings(args):
+        if setting.option == "--sandbox":
+            mode = setting.value
+        elif setting.option == "--config" and _config_key(setting.value) == "sandbox_mode":
+            mode = setting.value.split("=", 1)[1].strip().strip("\"'") if "=" in setting.value else None
+        elif setting.option == "--profile":
+            profile = setting.value
+    if "--dangerously-bypass-approvals-and-sandbox" in args:
+        mode = mode or "danger-full-access"
+    elif "--full-auto" in args:  # codex before 0.1xx: workspace-write, on request
+        mode = mode or "workspace-write"
     if mode is None and codex_home is not None:
         config = _toml(codex_home / "config.toml")
-        profiles = config.get("profiles")
         chosen = profile or config.get("profile")
-        if isinstance(profiles, dict) and isinstance(chosen, str) and isinstance(profiles.get(chosen), dict):
-            mode = profiles[chosen].get("sandbox_mode")
+        if isinstance(chosen, str) and "/" not in chosen:
+            profiles = config.get("profiles")
+            table = profiles.get(chosen) if isinstance(profiles, dict) else None
+            mode = (table if isinstance(table, dict) else _toml(codex_home / f"{chosen}.config.toml")).get(
+                "sandbox_mode")
         if mode is None:
             mode = config.get("sandbox_mode")
     return mode == "workspace-write"
@@ -189,9 +214,9 @@ def model_ports(profile: str, environ: Mapping[str, str], args: Sequence[str] = 
     if profile not in _MODEL_URLS:
         return ()
     urls = [environ.get(name, "") for name in _MODEL_URLS[profile]]
-    if profile == "codex":
-        urls += [arg.split("=", 1)[1].strip().strip("\"'") for arg in args
-                 if "=" in arg and arg.split("=", 1)[0].strip().endswith("base_url")]
+    if profile == "codex":  # its -c options only: a prompt that mentions a URL opens nothing
+        urls += [c.value.split("=", 1)[1].strip().strip("\"'") for c in _codex_settings(args)
+                 if c.option == "--config" and "=" in c.value and _config_key(c.value).endswith("base_url")]
         providers = _toml(codex_home / "config.toml").get("model_providers") if codex_home else None
         if isinstance(providers, dict):
             urls += [p.get("base_url", "") for p in providers.values() if isinstance(p, dict)]

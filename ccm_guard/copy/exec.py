@@ -78,10 +78,12 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     marker = f"{task.id}:{secrets.token_hex(8)}"
     env = {**_agent_env(opts, task.id, plan.copy, private, marker), **who.env,
            **(prevention.sandboxed_caches(private) if confine is not None else {})}
+    command, said = prevention.with_own_sandbox(who, sandboxed=confine is not None, described=described,
+                                                task_roots=lambda: [plan.copy])
     registry.move(task.id, "ACTIVE")
     processes.become_subreaper()
     since = processes.now_ticks()
-    agent = runner.run(who.command, plan.copy, env, plan.log_dir, opts.timeout, opts.grace, opts.terminal,
+    agent = runner.run(command, plan.copy, env, plan.log_dir, opts.timeout, opts.grace, opts.terminal,
                        echo_stdout_to_stderr=opts.json_stdout, confine=confine)
     leftovers = tuple(p.describe() for p in processes.stop(f"CCM_GUARD_RUN={marker}", plan.copy, since))
     verdict = judge_copy(task, base, checks, leftovers, sandboxed=confine is not None)
@@ -89,6 +91,7 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     if who.home is not None:
         verdict.gates.append(agent_home.gate(who.home_before, who.home.read_watched()))
     verdict.notes.insert(1, copied)
+    verdict.notes.extend(said)
     dispose_copy(verdict, opts, task, registry)
     return verdict
 

@@ -7,6 +7,7 @@ or edit files when it is not sandboxed; the snapshots and gates after the run de
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,8 @@ from ccm_guard.agent.profiles import (
     with_add_dirs,
     without_own_sandbox,
 )
-from ccm_guard.errors import UsageError
+from ccm_guard.errors import StateError, UsageError
+from ccm_guard.files import read_regular
 from ccm_guard.git import config as configfile
 from ccm_guard.policy import Role
 from ccm_guard.prevent import hooks as install
@@ -130,6 +132,8 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     # keeps git's stderr to itself. Under TMPDIR: an agent with a sandbox of its own (codex)
     # still lets its commands write there.
     git_log = private / "tmp" / "ccm-guard-git-trace2.jsonl"
+    with contextlib.suppress(FileNotFoundError):
+        git_log.unlink()  # a resumed task's earlier run is not this run
     shim_dir = _install_shim(log_dir / "bin")
     with admin_lock(pins.common_dir):
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
@@ -145,28 +149,47 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
         "LC_MESSAGES": "C",
         **who.env,
     }
-    identity, notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile, private=private)
+    identity, notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile)
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
                                             private, ports=(*allow_ports, *who.ports()))
     if confine is not None:
         env.update(sandboxed_caches(private))
-    command = who.command
-    if who.profile == "codex" and codex_workspace_write(command[who.launch.head:], who.home.path if who.home else None):
-        if confine is None:
-            command = with_add_dirs(command, who.launch.head, roots.writable_roots(pins.worktree))
-        else:
-            command = without_own_sandbox(command, who.launch.head)
-            notes += (f"codex's own workspace-write sandbox cannot run inside ccm-guard's (its bubblewrap needs "
-                      f"to write /proc/self/uid_map): ccm-guard's sandbox ({described}) confines its commands "
-                      "instead; their network is open unless you pass --no-network",)
-    return Armed(command, env, confine, described, who, refusal_log, git_log, writable, notes, identity)
+    command, said = with_own_sandbox(who, sandboxed=confine is not None, described=described,
+                                     task_roots=lambda: roots.writable_roots(pins.worktree))
+    return Armed(command, env, confine, described, who, refusal_log, git_log, writable, (*notes, *said), identity)
+
+
+def with_own_sandbox(who: Agent, *, sandboxed: bool, described: str,
+                     task_roots: Callable[[], list[Path]]) -> tuple[list[str], tuple[str, ...]]:
+    """The agent's command for an agent with a sandbox of its own (codex's workspace-write),
+    for either strategy: outside ccm-guard's sandbox it is told the task's other roots;
+    inside, ccm-guard's sandbox takes its place. Returns the command and a note."""
+    head = who.launch.head
+    if who.profile != "codex" or not codex_workspace_write(who.command[head:], who.home.path if who.home else None):
+        return who.command, ()
+    if not sandboxed:
+        return with_add_dirs(who.command, head, task_roots()), ()
+    return without_own_sandbox(who.command, head), (
+        f"codex's own workspace-write sandbox cannot run inside ccm-guard's (its bubblewrap needs to write "
+        f"/proc/self/uid_map): ccm-guard's sandbox ({described}) confines its commands instead; their network "
+        "is open unless you pass --no-network",)
 
 
 WORKTREE_KEYS = ("user.name", "user.email", "core.excludesFile")
+EXCLUDES = "ccm-guard-excludes"
 
 
-def _configure_worktree(pins: Pins, *, main: Path, profile: str,
-                        private: Path) -> tuple[str | None, tuple[str, ...]]:
+def _task_config(pins: Pins) -> Path:
+    """The task's config.worktree, which ccm-guard edits: refused when it is not a regular
+    file (git would write through a link the agent planted, to a file of the person's)."""
+    path = pins.admin_dir / "config.worktree"
+    if path.is_symlink() or (os.path.lexists(path) and not path.is_file()):
+        raise StateError(f"{path} is not a regular file: the task's git metadata was tampered with; "
+                         f"discard the task (ccm-guard task discard)")
+    return path
+
+
+def _configure_worktree(pins: Pins, *, main: Path, profile: str) -> tuple[str | None, tuple[str, ...]]:
     """The task's own config (config.worktree, read before any global file by the agent's
     git): the person's identity as their git sees it in their checkout, so the agent's
     commits are theirs even where identity came from the environment or an includeIf on
@@ -183,17 +206,19 @@ def _configure_worktree(pins: Pins, *, main: Path, profile: str,
         notes = ("git has no identity for commits here (user.name/user.email unset, no GIT_AUTHOR_NAME/EMAIL): "
                  "the agent's commits fail with 'Author identity unknown' unless git can guess one; set them with "
                  "git config --global user.name 'Your Name' and git config --global user.email you@example.com",)
-    if profile == "aider":
-        excludes = private / "git-excludes"
-        try:
-            person = configfile.person_excludes(main).read_bytes()
-        except OSError:
-            person = b""
-        excludes.write_bytes(person + b"\n# aider's repository map cache (ccm-guard)\n/.aider.tags.cache.v4/\n")
-        settings.append(("core.excludesFile", str(excludes)))
+    config = _task_config(pins)
     with admin_lock(pins.common_dir):
+        if profile == "aider":
+            # In the task's admin dir: git metadata, so the snapshots judge any change to it.
+            excludes = pins.admin_dir / EXCLUDES
+            try:
+                person = configfile.person_excludes(main).read_bytes()
+            except OSError:
+                person = b""
+            excludes.write_bytes(person + b"\n# aider's repository map cache (ccm-guard)\n/.aider.tags.cache.v4/\n")
+            settings.append(("core.excludesFile", str(excludes)))
         for key, value in settings:
-            configfile.config_file_set(pins.admin_dir / "config.worktree", key, value)
+            configfile.config_file_set(config, key, value)
     who = f"{identity['GIT_AUTHOR_NAME']} <{identity['GIT_AUTHOR_EMAIL']}>" if not notes else None
     return who, notes
 
@@ -233,17 +258,14 @@ def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[
 
 
 def read_records(log: Path) -> list[dict[str, object]]:
-    """What the shim and the hooks recorded during the run: refusals, failed git writes
-    (one JSON object a line)."""
+    """What the shim and the hooks refused during the run (one JSON object a line; the
+    first 8 MB: the agent can write this file too)."""
     found = []
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
+    lines = (read_regular(log, 8 << 20) or b"").decode("utf-8", "replace").splitlines()
     for line in lines:
         try:
             item = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             item = {"unreadable": line[:200]}  # the agent can write this file: report, don't trust
         found.append(item if isinstance(item, dict) else {"unreadable": line[:200]})
     return found
@@ -255,9 +277,13 @@ def disarm(pins: Pins) -> None:
     running now, rely on extensions.worktreeConfig)."""
     config = pins.admin_dir / "config.worktree"
     with admin_lock(pins.common_dir):
+        if config.is_symlink() or (os.path.lexists(config) and not config.is_file()):
+            config.unlink()  # never edit through what the agent put there; the worktree goes anyway
         if config.is_file():
             for key in WORKTREE_KEYS:
                 configfile.config_file_set(config, key, None)
         install.uninstall_worktree(pins.worktree, restore_shared=False)
         if config.is_file() and not configfile.config_entries(config):
             config.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (pins.admin_dir / EXCLUDES).unlink()

@@ -15,6 +15,7 @@ from ccm_guard.detect.delta import compare
 from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
 from ccm_guard.detect.verdict import Checks, Recovered, Verdict
 from ccm_guard.errors import GitError
+from ccm_guard.files import read_regular
 from ccm_guard.git import config as configfile
 from ccm_guard.policy import Role
 from ccm_guard.state.pins import Pins
@@ -57,12 +58,8 @@ def identity_note(git_log: Path) -> str | None:
 
 
 def _tail(path: Path, limit: int = 1 << 20) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+    """The end of a file the agent may have written (a link, a FIFO, /dev/zero: nothing)."""
+    return (read_regular(path, limit, tail=True) or b"").decode("utf-8", "replace")
 
 
 def _agent_message(task: Task, pins: Pins) -> str | None:

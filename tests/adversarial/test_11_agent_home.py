@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 from adv import COMMIT, needs_landlock
-from conftest import run_exec, write_agent
+from conftest import ccm, run_exec, write_agent
 
 from ccm_guard.prevent import sandbox
 
@@ -137,3 +137,26 @@ def test_no_network_allows_only_the_ports_the_run_names(repo: Path, tmp_path: Pa
     finally:
         for s in listeners:
             s.close()
+
+
+def test_a_linked_config_worktree_is_never_written_through(repo: Path, tmp_path: Path) -> None:
+    """The agent swaps its task's config.worktree for a link to the person's ~/.gitconfig;
+    ccm-guard edits that file at disarm and must not follow the link."""
+    victim = Path(os.environ["HOME"]) / ".gitconfig"
+    before = victim.read_bytes()
+    agent = write_agent(tmp_path, f'{COMMIT}\nln -sf "{victim}" "$(git rev-parse --git-dir)/config.worktree"')
+    res = run_exec(repo, agent, "--task", "linked")
+    assert res.code == 1 and res.status("git-metadata") == "fail"
+    discard = ccm("task", "discard", "linked", cwd=repo)
+    assert victim.read_bytes() == before, discard.stderr
+    assert "Traceback" not in discard.stderr
+
+
+def test_widening_aiders_ignore_file_fails_the_run(repo: Path, tmp_path: Path) -> None:
+    """The ignore file ccm-guard gives aider lives in the task's git metadata, so an agent
+    that rewrites it to hide its leftovers is caught."""
+    agent = write_agent(tmp_path, f'{COMMIT}\necho leftover > stash.bin\n'
+                        'echo "*" >> "$(git rev-parse --git-dir)/ccm-guard-excludes"')
+    res = run_exec(repo, agent, "--agent", "aider")
+    assert res.code == 1 and res.status("git-metadata") == "fail"
+    assert any("ccm-guard-excludes" in p for f in res.gate("git-metadata")["findings"] for p in f["paths"])

@@ -137,3 +137,22 @@ def test_what_the_cli_rewrites_on_every_start_is_not_watched(tmp_path: Path) -> 
     (home.path / "skills" / "mine").mkdir()
     (home.path / "skills" / "mine" / "SKILL.md").write_text("planted")
     assert list(home.read_watched()) == ["skills/mine/SKILL.md"]
+
+
+def test_links_fifos_and_nonsense_in_the_agents_home_are_judged_not_followed(tmp_path: Path) -> None:
+    home = homes.prepare("claude", tmp_path / "private", main=tmp_path / "p", worktree=tmp_path / "wt",
+                         environ={"HOME": str(tmp_path / "nobody")})
+    assert home is not None
+    before = home.read_watched()
+    (home.path / "hooks").mkdir()
+    os.mkfifo(home.path / "hooks" / "fifo")  # reading it must not block
+    (home.path / "hooks" / "linked").symlink_to(tmp_path)  # a link to a directory
+    after = home.read_watched()
+    assert after["hooks/fifo"].startswith(b"not a regular file")
+    assert after["hooks/linked"] == b"symlink -> " + os.fsencode(str(tmp_path))
+    assert agent_home.gate(before, after).status == "fail"
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert agent_home.gate({"settings.json": b"{}"}, {"settings.json": deep}).status == "fail"
+    odd = {".claude.json": b'{"projects": {"/x": [[1]]}}'}
+    assert agent_home.gate({".claude.json": b'{"projects": {"/x": {}}}'}, odd).status == "pass"  # no crash; steers nothing
+    assert agent_home.gate({}, {"plugins": b"symlink -> /elsewhere"}).status == "fail"  # a sensitive dir replaced

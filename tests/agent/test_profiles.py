@@ -113,3 +113,24 @@ def test_codex_model_ports_from_its_options_and_config(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text('[model_providers.local]\nbase_url = "http://127.0.0.1:7001/v1"\n')
     args = ["exec", "-c", 'model_providers.x.base_url="http://127.0.0.1:7002/v1"']
     assert model_ports("codex", {}, args, tmp_path) == (443, 7001, 7002)
+
+
+@pytest.mark.parametrize("args", [
+    ["exec", "--config=sandbox_mode=workspace-write", "go"],
+    ["exec", "-sworkspace-write", "go"],
+    ["exec", "-c", "sandbox_mode = 'workspace-write'", "go"],
+])
+def test_every_form_of_choosing_codexs_sandbox_is_seen_and_rewritten(args: list[str]) -> None:
+    assert codex_workspace_write(args, None)
+    rewritten = without_own_sandbox(["codex", *args], 1)
+    assert not codex_workspace_write(rewritten[1:], None)
+
+
+def test_a_codex_profile_file_chooses_its_sandbox(tmp_path: Path) -> None:
+    (tmp_path / "ws.config.toml").write_text('sandbox_mode = "workspace-write"\n')
+    assert codex_workspace_write(["exec", "-p", "ws", "go"], tmp_path)
+    assert not codex_workspace_write(["exec", "-p", "other", "go"], tmp_path)
+
+
+def test_a_prompt_that_mentions_a_base_url_opens_no_port() -> None:
+    assert model_ports("codex", {}, ["exec", "set base_url=http://h:22 please"]) == (443,)

@@ -5,6 +5,8 @@ checkout (main-checkout). Registered, with the others, in gates.GATES.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ccm_guard import git
 from ccm_guard.detect.context import FAIL, WARN, Context, Finding, display, plain
 from ccm_guard.detect.delta import FileChange, Owner, RefChange
@@ -162,7 +164,7 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
     where = display(change.key)
     if change.change == "modified" and change.owner is Owner.CONTROL:
         changes = ctx.config_changes.get(change.key, [])
-        if sub == "config.worktree" and changes and all(_arming(c) for c in changes):
+        if sub == "config.worktree" and _arming(changes, ctx.pins.common_dir / "worktrees" / name):
             return None  # that task being armed or disarmed
         detail = "; ".join(c.describe() for c in changes)
         return Finding("git-metadata", f"{where} was modified" + (f": {detail}" if detail else "")
@@ -176,18 +178,23 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
     return None
 
 
-def _arming(change: configfile.ConfigChange) -> bool:
-    """What ccm-guard sets in a task's config.worktree when it arms the task and unsets when
-    it disarms it: its own hooks path, the person's identity, and (aider) an ignore file in
-    the task's private directory."""
+def _arming(changes: list[configfile.ConfigChange], admin: Path) -> bool:
+    """Another task's config.worktree changed only as ccm-guard arms or disarms a task: its
+    hooks path set or unset (under ccm-guard's hooks dir), and with it the person's identity
+    and (aider) the ignore file in that task's own admin dir. Identity or ignore file
+    changing alone is not arming."""
     from ccm_guard.state.home import home
 
-    values = change.before + change.after
-    if change.key == "core.hookspath":
-        return all(v.startswith(str(home() / "hooks") + "/") for v in values)
-    if change.key == "core.excludesfile":
-        return all(v.startswith(str(home() / "logs") + "/") for v in values)
-    return change.key in ("user.name", "user.email")  # who commits: steers nothing
+    hooks = [c for c in changes if c.key == "core.hookspath"]
+    if not hooks or not all(v.startswith(str(home() / "hooks") + "/") for c in hooks for v in c.before + c.after):
+        return False
+    for change in changes:
+        if change.key == "core.excludesfile" and any(v != str(admin / "ccm-guard-excludes")
+                                                     for v in change.before + change.after):
+            return False
+        if change.key not in ("core.hookspath", "core.excludesfile", "user.name", "user.email"):
+            return False
+    return True
 
 
 def _maintenance(ctx: Context, key: str) -> str | None:
