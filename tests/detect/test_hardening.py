@@ -623,3 +623,18 @@ python3 -c "import sys; p=sys.argv[1]; d=bytearray(open(p,'rb').read()); d[len(d
     assert plain_git(repo, "commit-graph", "verify").returncode != 0  # the graph really is forged
     assert res.code == 1
     assert "objects/info/commit-graph was added" in res.reasons("git-metadata")
+
+
+def test_another_tasks_config_worktree_is_excused_only_for_what_arming_writes(tmp_path: Path) -> None:
+    from ccm_guard.detect.gates.repo import _arming
+    from ccm_guard.git.config import ConfigChange
+
+    home = Path(os.environ["CCM_GUARD_HOME"])
+    admin = tmp_path / ".git" / "worktrees" / "b"
+    ours = ConfigChange("core.hookspath", (), (str(home / "hooks" / "x"),), True)
+    who = ConfigChange("user.name", (), ("Person",), False)
+    excludes = ConfigChange("core.excludesfile", (), (str(admin / "ccm-guard-excludes"),), True)
+    assert _arming([ours, who, excludes], admin) and _arming([who], admin)  # a snapshot between two writes
+    assert not _arming([ConfigChange("core.excludesfile", (), (str(tmp_path / "mine"),), True)], admin)
+    assert not _arming([ConfigChange("core.hookspath", (), ("/tmp/evil",), True)], admin)
+    assert not _arming([ConfigChange("core.fsmonitor", (), ("x",), True)], admin)

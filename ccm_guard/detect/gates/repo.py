@@ -180,21 +180,22 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
 
 def _arming(changes: list[configfile.ConfigChange], admin: Path) -> bool:
     """Another task's config.worktree changed only as ccm-guard arms or disarms a task: its
-    hooks path set or unset (under ccm-guard's hooks dir), and with it the person's identity
-    and (aider) the ignore file in that task's own admin dir. Identity or ignore file
-    changing alone is not arming."""
+    hooks path (under ccm-guard's hooks dir), the person's identity, and (aider) the ignore
+    file in that task's own admin dir, each set or unset. Another task's snapshot can fall
+    between these writes, so each is judged alone; that task's own gates judge its file."""
     from ccm_guard.state.home import home
 
-    hooks = [c for c in changes if c.key == "core.hookspath"]
-    if not hooks or not all(v.startswith(str(home() / "hooks") + "/") for c in hooks for v in c.before + c.after):
-        return False
     for change in changes:
-        if change.key == "core.excludesfile" and any(v != str(admin / "ccm-guard-excludes")
-                                                     for v in change.before + change.after):
+        values = change.before + change.after
+        if change.key == "core.hookspath":
+            if not all(v.startswith(str(home() / "hooks") + "/") for v in values):
+                return False
+        elif change.key == "core.excludesfile":
+            if any(v != str(admin / "ccm-guard-excludes") for v in values):
+                return False
+        elif change.key not in ("user.name", "user.email"):
             return False
-        if change.key not in ("core.hookspath", "core.excludesfile", "user.name", "user.email"):
-            return False
-    return True
+    return bool(changes)
 
 
 def _maintenance(ctx: Context, key: str) -> str | None:
