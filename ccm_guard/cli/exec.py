@@ -65,9 +65,9 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     another).
 
     By default the agent is sandboxed (Landlock, where the kernel has it): it can write
-    only its worktree, its git metadata, and a private home and temp dir. A known agent
-    (claude, codex, gemini, aider) gets its own home seeded from yours (credentials,
-    settings, your trust of this repository); nothing it writes there reaches yours.
+    only its worktree, its git metadata, and a private home and temp dir. Claude Code,
+    Codex and Gemini CLI each get their own home seeded from yours (credentials,
+    settings, your trust of this repository); nothing they write there reaches yours.
     Its PATH starts with ccm-guard's git shim, and its worktree has guard hooks. A commit
     the sandbox blocked is recovered on the host.
 
