@@ -9,8 +9,6 @@ import dataclasses
 from typing import Any, Protocol
 
 from ccm_guard.agent.options import ExecOptions
-from ccm_guard.copy import apply as copyapply
-from ccm_guard.copy import exec as copyexec
 from ccm_guard.detect.verdict import Verdict
 from ccm_guard.errors import UsageError
 from ccm_guard.run import exec as runexec
@@ -62,19 +60,28 @@ class LinkedWorktree:
 class CopiedDirectory:
     name: str = COPIED_DIRECTORY
 
+    # The copy modules are imported when a task needs them: most runs are in a repository.
     def execute(self, opts: ExecOptions, registry: Registry) -> Verdict:
+        from ccm_guard.copy import exec as copyexec
+
         return copyexec.exec_copied(opts, registry)
 
     def apply(self, registry: Registry, task: Task, *, into: str | None, how: str, retries: int) -> Applied:
         if into is not None or how != "merge":
             raise UsageError(f"task {task.id} ran in a copy of a plain directory: it applies back into "
                              f"{task.main_worktree} only, without --into or --strategy")
+        from ccm_guard.copy import apply as copyapply
+
         return copyapply.apply_copy(registry, task)
 
     def discard(self, registry: Registry, task: Task) -> dict[str, Any]:
+        from ccm_guard.copy import apply as copyapply
+
         return copyapply.discard_copy(registry, task)
 
     def restore(self, registry: Registry, task: Task) -> dict[str, Any]:
+        from ccm_guard.copy import apply as copyapply
+
         return copyapply.restore_copy(registry, task)
 
 
