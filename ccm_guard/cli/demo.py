@@ -98,8 +98,10 @@ def run_demo(keep: bool) -> int:
 def demo(keep: bool) -> None:
     """Make a throwaway repository and run two scripted agents through exec.
 
-    The first agent edits a file and commits: it passes. The second also commits, but
-    leaves a file uncommitted, plants a hook in .git/hooks and moves your main branch:
-    the gates catch all three. Your own repositories and ~/.ccm are not touched.
+    Both run with exec's default options, sandboxed where the kernel has Landlock. The
+    first agent edits a file and commits: it passes. The second also commits, but tries
+    to plant a hook in .git/hooks and to move the main branch (the sandbox refuses both,
+    or, unsandboxed, the gates catch them) and leaves a file uncommitted (clean-tree
+    catches it). Your own repositories and ~/.ccm are not touched.
     """
     sys.exit(run_demo(keep))
