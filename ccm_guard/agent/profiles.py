@@ -12,7 +12,6 @@ import dataclasses
 import os
 import re
 import tomllib
-import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -220,6 +219,8 @@ def model_ports(profile: str, environ: Mapping[str, str], args: Sequence[str] = 
         providers = _toml(codex_home / "config.toml").get("model_providers") if codex_home else None
         if isinstance(providers, dict):
             urls += [p.get("base_url", "") for p in providers.values() if isinstance(p, dict)]
+    import urllib.parse  # here: it costs ~4 ms to import (ipaddress), and only --no-network asks
+
     ports = {443}
     for url in urls:
         if not isinstance(url, str) or not url:

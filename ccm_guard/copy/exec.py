@@ -71,7 +71,7 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
         # As the git strategy does with its worktree, with the copy as the task's one root.
         confine, described, _ = prevention.landlock(
             opts.sandbox, opts.no_network, lambda: [plan.copy], private,
-            ports=(*opts.allow_ports, *who.ports()))
+            ports=(*opts.allow_ports, *who.ports()) if opts.no_network else ())
     except BaseException:
         _abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise

@@ -151,7 +151,7 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     }
     identity, notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile)
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
-                                            private, ports=(*allow_ports, *who.ports()))
+                                            private, ports=(*allow_ports, *who.ports()) if no_network else ())
     if confine is not None:
         env.update(sandboxed_caches(private))
     command, said = with_own_sandbox(who, sandboxed=confine is not None, described=described,
