@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+from unittest import mock
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ccm_guard.policy import matcher as matcher_module
 from ccm_guard.policy.matcher import _CHUNK, _FEW, Matcher
 
 NAMES = st.sampled_from(["a", "b", "c.py", "d.txt", "test_x.py", ".hidden", "sp ace", "é"])
@@ -66,15 +69,23 @@ BULK_PATHS = st.lists(BULK_NAMES, min_size=1, max_size=4).map("/".join)
 LINE_COUNTS = st.sampled_from([1, 5, _FEW - 1, _FEW, 200, 2 * _CHUNK + 7])
 
 
+# google-re2 is an optional extra (ccm-guard[fast]): the bulk scan must agree with it and
+# without it (Python's re), so both backends run here.
+BACKENDS = ["simple", pytest.param("re2", marks=pytest.mark.skipif(
+    importlib.util.find_spec("re2") is None, reason="google-re2 (the [fast] extra) is not installed"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=300, deadline=None)
 @given(patterns=st.lists(BULK_PATTERNS, min_size=1, max_size=5), paths=st.lists(BULK_PATHS, min_size=1, max_size=12),
        count=LINE_COUNTS)
-def test_bulk_matching_agrees_with_one_by_one(patterns: list[str], paths: list[str], count: int) -> None:
-    matcher = Matcher(patterns)
-    lines = [paths[i % len(paths)] for i in range(count)]
-    one_by_one = [i for i, line in enumerate(lines) if matcher.matches(line)]
-    assert matcher.matched_lines("\n".join(lines)) == one_by_one
-    assert matcher.unmatched_lines("\n".join(lines)) == sorted(set(range(count)) - set(one_by_one))
+def test_bulk_matching_agrees_with_one_by_one(backend: str, patterns: list[str], paths: list[str], count: int) -> None:
+    with mock.patch.object(matcher_module, "_backend", lambda: backend):
+        matcher = Matcher(patterns)
+        lines = [paths[i % len(paths)] for i in range(count)]
+        one_by_one = [i for i, line in enumerate(lines) if matcher.matches(line)]
+        assert matcher.matched_lines("\n".join(lines)) == one_by_one
+        assert matcher.unmatched_lines("\n".join(lines)) == sorted(set(range(count)) - set(one_by_one))
 
 
 def test_bulk_scan_reads_dot_and_bracket_inside_a_class_as_characters() -> None:
