@@ -20,7 +20,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ccm_guard.files import read_regular
 
@@ -120,23 +120,14 @@ def _codex_trust(state: Path, main: Path, worktree: Path) -> None:
 def _gemini_trust(state: Path, main: Path, worktree: Path) -> None:
     path = state / "trustedFolders.json"
     data = _json(path)
-    if not data:
-        return
-    for folder in (main, *main.parents):  # a trusted folder trusts what is below it
-        if data.get(str(folder)) == "TRUST_FOLDER":
-            data[str(worktree)] = "TRUST_FOLDER"
-            _write_private(path, json.dumps(data, indent=2).encode())
-            return
+    if _trusted_entry(data, main, lambda e: e == "TRUST_FOLDER") is not None:  # it trusts what is below it
+        data[str(worktree)] = "TRUST_FOLDER"
+        _write_private(path, json.dumps(data, indent=2).encode())
 
 
-def _trusted_entry(projects: Mapping[str, object], main: Path,
-                   trusted: Callable[[object], bool]) -> dict[str, object] | None:
-    """The person's entry that trusts the main worktree (or a folder above it)."""
-    for folder in (main, *main.parents):
-        entry = projects.get(str(folder))
-        if trusted(entry):
-            return entry  # type: ignore[return-value]
-    return None
+def _trusted_entry(projects: Mapping[str, object], main: Path, trusted: Callable[[object], bool]) -> Any:
+    """The person's entry that trusts the main worktree (or a folder above it), or None."""
+    return next((projects[str(f)] for f in (main, *main.parents) if trusted(projects.get(str(f)))), None)
 
 
 _SPECS = {

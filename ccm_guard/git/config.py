@@ -55,38 +55,40 @@ def person_identity(directory: Path) -> dict[str, str]:
     """Who commits in `directory` as the person's git sees it: user.name and user.email from
     their config (includeIf conditions evaluated there), as the GIT_AUTHOR_*/GIT_COMMITTER_*
     variables; those already in the environment win. Empty when nothing says who."""
-    found = {key: person_value(directory, f"user.{key}") for key in ("name", "email")}
+    res = run(["config", "-z", "--get-regexp", r"^user\.(name|email)$"], cwd=directory, check=False,
+              person_config=True)
+    found: dict[str, str] = {}
+    for record in res.z() if res.returncode == 0 else []:
+        key, _, value = record.partition("\n")
+        found[key.removeprefix("user.")] = value  # the last one wins, as for `git config --get`
     identity = {}
     for role in ("AUTHOR", "COMMITTER"):
         for key in ("name", "email"):
             name = f"GIT_{role}_{key.upper()}"
-            value = os.environ.get(name) or found.get(key)
-            if value:
-                identity[name] = value
+            chosen = os.environ.get(name) or found.get(key)
+            if chosen:
+                identity[name] = chosen
     return identity
 
 
-def person_value(directory: Path, key: str, *, path: bool = False) -> str | None:
-    """One config value as the person's own git sees it in `directory` (None when unset)."""
-    res = run(["config", *(("--type=path",) if path else ()), "--get", key], cwd=directory, check=False,
-              person_config=True)
-    return res.out.strip() or None if res.returncode == 0 else None
-
-
 def person_excludes(directory: Path) -> Path:
-    """The person's global ignore file: core.excludesFile, or git's default place for it."""
-    named = person_value(directory, "core.excludesFile", path=True)
-    if named:
-        return Path(directory, named)
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    return Path(xdg, "git", "ignore")
+    """The person's global ignore file, as their git sees it in `directory`: core.excludesFile,
+    or git's default place for it."""
+    res = run(["config", "--type=path", "--get", "core.excludesFile"], cwd=directory, check=False,
+              person_config=True)
+    if res.returncode == 0 and res.out.strip():
+        return Path(directory, res.out.strip())
+    return _xdg_git() / "ignore"
 
 
 def global_config_files() -> list[Path]:
     """Where git looks for the user's global config, lowest precedence first (what
     GIT_CONFIG_GLOBAL would put in their place is the caller's to decide)."""
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    return [Path(xdg, "git", "config"), Path(os.path.expanduser("~/.gitconfig"))]
+    return [_xdg_git() / "config", Path(os.path.expanduser("~/.gitconfig"))]
+
+
+def _xdg_git() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "git")
 
 
 # --- what a change means ------------------------------------------------------------------------

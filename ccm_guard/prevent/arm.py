@@ -47,12 +47,16 @@ class Agent:
     launch: Launch
     command: list[str]
     home: homes.Home | None
-    env: dict[str, str]
     home_before: dict[str, bytes]  # the home's watched files after seeding, for agent-home
 
     @property
     def profile(self) -> str:
         return self.launch.profile
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that point the agent at its private home."""
+        return dict(self.home.env) if self.home else {}
 
     def ports(self) -> tuple[int, ...]:
         """The ports its model needs, for --no-network."""
@@ -97,8 +101,7 @@ def prepare_agent(command: list[str], forced: str | None, private: Path, *, main
     """The agent's profile and its private home (agent.homes), for either strategy."""
     launch = launch_of(command, forced)
     home = homes.prepare(launch.profile, private, main=main, worktree=worktree, environ=os.environ)
-    env = dict(home.env) if home else {}
-    return Agent(launch=launch, command=_with_profile_arguments(launch, command, private), home=home, env=env,
+    return Agent(launch=launch, command=_with_profile_arguments(launch, command, private), home=home,
                  home_before=home.read_watched() if home else {})
 
 
@@ -183,10 +186,15 @@ def _task_config(pins: Pins) -> Path:
     """The task's config.worktree, which ccm-guard edits: refused when it is not a regular
     file (git would write through a link the agent planted, to a file of the person's)."""
     path = pins.admin_dir / "config.worktree"
-    if path.is_symlink() or (os.path.lexists(path) and not path.is_file()):
+    if _planted(path):
         raise StateError(f"{path} is not a regular file: the task's git metadata was tampered with; "
                          f"discard the task (ccm-guard task discard)")
     return path
+
+
+def _planted(path: Path) -> bool:
+    """Something other than a regular file where git keeps one: a link, a FIFO, a directory."""
+    return path.is_symlink() or (os.path.lexists(path) and not path.is_file())
 
 
 def _configure_worktree(pins: Pins, *, main: Path, profile: str) -> tuple[str | None, tuple[str, ...]]:
@@ -277,10 +285,11 @@ def disarm(pins: Pins) -> None:
     running now, rely on extensions.worktreeConfig)."""
     config = pins.admin_dir / "config.worktree"
     with admin_lock(pins.common_dir):
-        if config.is_symlink() or (os.path.lexists(config) and not config.is_file()):
+        if _planted(config):
             config.unlink()  # never edit through what the agent put there; the worktree goes anyway
-        if config.is_file():
-            for key in WORKTREE_KEYS:
+        present = {key for key, _ in configfile.config_entries(config)} if config.is_file() else set()
+        for key in WORKTREE_KEYS:
+            if key.lower() in present:  # one git process for each key that is there, none for the rest
                 configfile.config_file_set(config, key, None)
         install.uninstall_worktree(pins.worktree, restore_shared=False)
         if config.is_file() and not configfile.config_entries(config):

@@ -28,6 +28,7 @@ from ccm_guard.run.judge import (
     identity_note,
     judge,
     main_files,
+    read_git_errors,
     recover_blocked_commit,
     snapshot,
 )
@@ -136,7 +137,8 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     failpoints.point("before-gates")
 
     verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
-    recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, armed.git_log)
+    git_errors = read_git_errors(armed.git_log)
+    recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
     if recovered is not None:
         verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
         verdict.recovery = recovered
@@ -147,8 +149,9 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     verdict.refusals = prevention.read_records(armed.refusal_log)
     verdict.question = read_question(pins.worktree)
     verdict.notes = list(ready.notes)
-    identity = identity_note(armed.git_log)
-    if identity and not any("no identity for commits" in note for note in verdict.notes):
+    # With no identity known before the run, arming's note has already said how to set one.
+    identity = identity_note(git_errors) if armed.identity is not None else None
+    if identity:
         verdict.notes.append(identity)
     if opts.snapshot_every is None:
         opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)

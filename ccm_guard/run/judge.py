@@ -23,16 +23,16 @@ from ccm_guard.state.registry import Registry, Task
 
 
 def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
-                           refusal_log: Path, git_log: Path) -> Recovered | None:
+                           refusal_log: Path, git_errors: str) -> Recovered | None:
     """When git's own report shows a sandbox-blocked lock in this task's git metadata and
     the tree holds work, commit the work the role allows, on the host (docs/design-notes.md#recovery-on-the-host).
 
     A spoofed report gains nothing: only what the agent could have committed itself is
-    committed, and the gates then judge it like any commit.
+    committed, and the gates then judge it like any commit. `git_errors`: read_git_errors.
     """
     if not verdict.git_trusted:
         return None
-    text = "\n".join([*(_tail(Path(p)) for p in (*logs, str(refusal_log))), signatures.git_errors(_tail(git_log, 8 << 20))])
+    text = "\n".join([*(_tail(Path(p)) for p in (*logs, str(refusal_log))), git_errors])
     found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
     if found is None:
         return None
@@ -48,9 +48,15 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
                      committed=result.committed, left_uncommitted=result.refused, warning=result.warning)
 
 
-def identity_note(git_log: Path) -> str | None:
+def read_git_errors(git_log: Path) -> str:
+    """The errors of every git the agent ran, from git's own trace2 events (read once: both
+    recovery and the identity note look at them)."""
+    return signatures.git_errors(_tail(git_log, 8 << 20))
+
+
+def identity_note(git_errors: str) -> str | None:
     """What to do when the agent's commit failed because git did not know who commits."""
-    if not signatures.identity_missing(signatures.git_errors(_tail(git_log, 8 << 20))):
+    if not signatures.identity_missing(git_errors):
         return None
     return ("the agent's commit failed: git has no identity for it (Author identity unknown); set yours with "
             "git config --global user.name 'Your Name' and git config --global user.email you@example.com, "

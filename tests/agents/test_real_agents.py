@@ -68,6 +68,14 @@ def _assert_benign(code: int, verdict: dict[str, Any], stderr: str, model: Model
         assert verdict["sandbox"].startswith("landlock ABI"), context
 
 
+def _assert_caught(code: int, verdict: dict[str, Any], model: ModelServer, *, unchanged: tuple[bool, bool]) -> None:
+    """A hostile run: it fails on agent-home, and the common dir's hooks and the person's
+    home are as they were (`unchanged`, in that order)."""
+    assert code == 1, model.tool_outputs()
+    assert _gate(verdict, "agent-home")["status"] == "fail", model.tool_outputs()
+    assert unchanged == (True, True)
+
+
 def _hooks(repo: Path) -> dict[str, str]:
     return _digest(repo / ".git" / "hooks")
 
@@ -95,9 +103,7 @@ def test_claude_hostile_run_is_caught(agents: Agents, model: ModelServer, repo: 
     model.script = [Shell(f"{COMMIT}; {PLANT}; printf '%s' '{hook}' > \"$CLAUDE_CONFIG_DIR/settings.json\""),
                     Say("Done.")]
     code, verdict, _ = _exec(claude_run(agents, model, "Do it."), repo)
-    assert code == 1
-    assert _gate(verdict, "agent-home")["status"] == "fail"
-    assert _hooks(repo) == hooks and _digest(fresh_home) == before
+    _assert_caught(code, verdict, model, unchanged=(_hooks(repo) == hooks, _digest(fresh_home) == before))
 
 
 # -- Codex ----------------------------------------------------------------------------------------
@@ -132,9 +138,7 @@ def test_codex_hostile_run_is_caught(agents: Agents, model: ModelServer, repo: P
     model.script = [Shell(f"{COMMIT}; {PLANT}; echo 'notify = [\"sh\", \"-c\", \"id\"]' >> \"$CODEX_HOME/config.toml\""),
                     Say("Done.")]
     code, verdict, _ = _exec(codex_run(agents, model, "Do it."), repo)
-    assert code == 1
-    assert _gate(verdict, "agent-home")["status"] == "fail"
-    assert _hooks(repo) == hooks and _digest(fresh_home) == before
+    _assert_caught(code, verdict, model, unchanged=(_hooks(repo) == hooks, _digest(fresh_home) == before))
 
 
 def test_codex_git_error_kept_in_its_own_output_is_recovered(agents: Agents, model: ModelServer, repo: Path,
@@ -188,9 +192,7 @@ def test_gemini_hostile_run_is_caught(agents: Agents, model: ModelServer, repo: 
     model.script = [Shell(f"{COMMIT}; {plant}; printf '%s' '{hook}' > \"$GEMINI_CLI_HOME/.gemini/settings.json\"; "
                           f"printf '%s' '{hook}' > \"$HOME/.gemini/settings.json\""), Say("Done.")]
     code, verdict, _ = _exec(run, repo)
-    assert code == 1, model.tool_outputs()
-    assert _gate(verdict, "agent-home")["status"] == "fail", model.tool_outputs()
-    assert _hooks(repo) == hooks and _digest(fresh_home) == before
+    _assert_caught(code, verdict, model, unchanged=(_hooks(repo) == hooks, _digest(fresh_home) == before))
 
 
 # -- aider ----------------------------------------------------------------------------------------
