@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from concurrent.futures import Future
 from typing import Callable, Mapping, TypeVar
 
 from ccm_guard import git
@@ -18,6 +17,7 @@ from ccm_guard.detect.paths import PathChange, from_raw, from_status
 from ccm_guard.detect.snapshot import Entry, Snapshot
 from ccm_guard.errors import GitError, UntrustedRepoError
 from ccm_guard.git import config as configfile
+from ccm_guard.later import Later
 from ccm_guard.policy import Role
 from ccm_guard.state.pins import Pins
 
@@ -55,7 +55,7 @@ class Context:
     other_tasks: Mapping[str, str] = dataclasses.field(default_factory=dict)
     leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
     # The task worktree's status (ignored paths included), when it was read ahead in parallel.
-    task_status: Future[list[git.StatusEntry]] | None = None
+    task_status: Later[list[git.StatusEntry]] | None = None
     role: Role | None = None  # the role whose path rules and limits apply (None: no policy)
     # Ref moves other ccm-guard processes made and recorded in the registry (applies and
     # rollbacks, as (ref, old, new)): the registry is out of the agent's reach.
@@ -63,11 +63,8 @@ class Context:
 
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:
-            self.task_status = Future()
-            try:
-                self.task_status.set_result(git.status(self.repo, ignored=True))
-            except Exception as exc:
-                self.task_status.set_exception(exc)
+            repo = self.repo
+            self.task_status = Later(lambda: git.status(repo, ignored=True), thread=False)
         return git_or_skip(self.task_status.result)
 
     @functools.cached_property

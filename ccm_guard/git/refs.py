@@ -5,6 +5,7 @@ pushing one ref to a remote."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
@@ -24,7 +25,16 @@ def ref_exists(repo: Repo, ref: str) -> bool:
     return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
 
 
+# Names made of these parts are valid branch names by every rule of git-check-ref-format(1)
+# (no component starts with a dot or a dash, none holds "..", "@{" or ends in ".lock"):
+# task branches always are, and need no git process to say so. Anything else, git decides.
+_PLAINLY_VALID = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*/)*"
+                            r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
+
+
 def check_branch_name(name: str) -> bool:
+    if name != "HEAD" and _PLAINLY_VALID.fullmatch(name) and not any(p.endswith(".lock") for p in name.split("/")):
+        return True
     return run(["check-ref-format", "--branch", name], check=False).returncode == 0
 
 
@@ -35,9 +45,12 @@ def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, message: 
     run(args, repo)
 
 
-def delete_ref(repo: Repo, ref: str, old: str) -> None:
-    """Delete `ref` only if it still points at `old` (compare-and-swap)."""
-    run(["update-ref", "-d", ref, old], repo)
+def delete_ref(repo: Repo, ref: str, old: str, *, missing_ok: bool = False) -> None:
+    """Delete `ref` only if it still points at `old` (compare-and-swap); `missing_ok`:
+    a ref that is already gone is no error (asked only after git refused: one call)."""
+    res = run(["update-ref", "-d", ref, old], repo, check=False)
+    if res.returncode != 0 and not (missing_ok and not ref_exists(repo, ref)):
+        raise GitError(describe_failure(res))
 
 
 def drop_ref(repo: Repo, ref: str) -> None:

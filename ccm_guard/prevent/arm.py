@@ -141,7 +141,7 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     with admin_lock(pins.common_dir):
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
                                  base=task.base, check_paths=role.allow is not None or bool(role.forbid),
-                                 rules=rules)
+                                 rules=rules, dirs=(pins.admin_dir, pins.common_dir))
     who = prepare_agent(command, agent, private, main=Path(task.main_worktree), worktree=pins.worktree)
     env = {
         "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
@@ -291,7 +291,7 @@ def disarm(pins: Pins) -> None:
         for key in WORKTREE_KEYS:
             if key.lower() in present:  # one git process for each key that is there, none for the rest
                 configfile.config_file_set(config, key, None)
-        install.uninstall_worktree(pins.worktree, restore_shared=False)
+        install.uninstall_worktree(pins.worktree, restore_shared=False, dirs=(pins.admin_dir, pins.common_dir))
         if config.is_file() and not configfile.config_entries(config):
             config.unlink()
         with contextlib.suppress(FileNotFoundError):

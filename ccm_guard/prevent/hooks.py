@@ -93,7 +93,7 @@ def worktree_dirs(worktree: Path) -> tuple[Path, Path]:
 def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: Path,
                      base: str | None = None, allow_refs: Sequence[str] = ("refs/stash",),
                      trailers: Sequence[str] = (), check_paths: bool = True,
-                     rules: dict[str, Any] | None = None) -> Report:
+                     rules: dict[str, Any] | None = None, dirs: tuple[Path, Path] | None = None) -> Report:
     """Guard one linked worktree with per-worktree hooks; idempotent.
 
     `base`: the commit whose policy pre-commit applies (default: the worktree's HEAD,
@@ -101,14 +101,15 @@ def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: 
     branch (`refs/stash`: the shim allows `git stash`, and lint-staged keeps its
     backups there). `trailers`: `Key: value` lines commit-msg adds (none by default).
     `check_paths=False` leaves pre-commit chain-only, for roles without path rules:
-    the policy check is most of what the hooks cost per commit.
+    the policy check is most of what the hooks cost per commit. `dirs`: the worktree's
+    (admin dir, common dir) where the caller made it and knows them (no git call to ask).
     """
     worktree = Path(os.path.realpath(worktree))
-    admin, common = worktree_dirs(worktree)
+    admin, common = dirs or worktree_dirs(worktree)
     if admin == common:
         raise RepoError(f"{worktree} is the main checkout, not a task worktree: use `ccm-guard install` for the whole repository")
     branch = branch.removeprefix("refs/heads/")
-    if not git.check_branch_name(branch):
+    if not git.check_branch_name(branch):  # written into the hooks' settings: one line, a real name
         raise UsageError(f"{branch!r} is not a valid branch name: pass the task's branch, e.g. ccm/<task>")
     hooks = worktree_hooks_dir(common, admin)
     report = Report(target=worktree, hooks_dir=hooks)
@@ -160,7 +161,8 @@ def _worktree_record(hooks: Path, config_worktree: Path) -> dict[str, Any]:
     return {"previous": current}
 
 
-def uninstall_worktree(worktree: Path, *, restore_shared: bool = True) -> Report:
+def uninstall_worktree(worktree: Path, *, restore_shared: bool = True,
+                       dirs: tuple[Path, Path] | None = None) -> Report:
     """Undo install_worktree: config.worktree as it was, ccm-guard's hooks dir gone.
 
     `restore_shared=False` leaves extensions.worktreeConfig in the shared config: exec
@@ -170,7 +172,7 @@ def uninstall_worktree(worktree: Path, *, restore_shared: bool = True) -> Report
     if not worktree.is_dir():
         raise RepoError(f"{worktree} is gone: uninstall before removing a worktree; its hooks dir "
                         f"under {home() / 'hooks'} can be deleted by hand")
-    admin, common = worktree_dirs(worktree)
+    admin, common = dirs or worktree_dirs(worktree)
     hooks = worktree_hooks_dir(common, admin)
     report = Report(target=worktree, hooks_dir=hooks)
     config_worktree = admin / "config.worktree"

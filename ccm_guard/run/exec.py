@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import secrets
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +20,7 @@ from ccm_guard.detect.snapshot import Snapshot
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import NotARepository, StateError
 from ccm_guard.git import layout
+from ccm_guard.later import Later
 from ccm_guard.policy import Role
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.run.dispose import dispose
@@ -54,14 +54,13 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)
     main = plan.main.repo()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        # While git checks out the task's files: read the person's checkout, and compile
-        # the role's path rules for the pre-commit hook (pathspec's import is slow).
-        main_status = pool.submit(main_files, main)
-        compiled = pool.submit(_compiled_rules, role)
-        pins, task = worktree.create(plan, registry, opts.command, checks.to_json(), pool=opts.pool,
-                                     sparse=opts.sparse)
-        main_before = main_status.result()
+    # While git checks out the task's files: read the person's checkout, and compile the
+    # role's path rules for the pre-commit hook (pathspec's import is slow, if needed).
+    main_status = Later(lambda: main_files(main))
+    compiled = Later(lambda: _compiled_rules(role))
+    pins, task = worktree.create(plan, registry, opts.command, checks.to_json(), pool=opts.pool,
+                                 sparse=opts.sparse)
+    main_before = main_status.result()
     try:
         notes = _copy_included(plan.main.toplevel, pins.worktree, opts.link_dirs)
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,

@@ -4,12 +4,11 @@ the gates; and the host-side recovery of a commit the sandbox blocked."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 
 from ccm_guard import git, worktree
-from ccm_guard.detect import gates, recovery, signatures
+from ccm_guard.detect import gates, signatures
 from ccm_guard.detect.context import Context, untrusted_reason
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
@@ -17,6 +16,7 @@ from ccm_guard.detect.verdict import Checks, Recovered, Verdict
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
 from ccm_guard.git import config as configfile
+from ccm_guard.later import Later
 from ccm_guard.policy import Role
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
@@ -36,6 +36,7 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
     found = signatures.find_blocked_commit(text, [pins.admin_dir, pins.common_dir])
     if found is None:
         return None
+    from ccm_guard.detect import recovery  # only where a commit was blocked
     from ccm_guard.policy.rules import Rules
 
     rules = Rules(role.allow, role.forbid)
@@ -126,9 +127,9 @@ def judge(
         ctx.repo = repo.distrust(reason)
     else:
         # The two walks of a work tree, the task's and the person's, run side by side.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            ctx.task_status = pool.submit(git.status, repo, ignored=True)
-            main_status = pool.submit(main_files, git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree)))
+        main = git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree))
+        ctx.task_status = Later(lambda: git.status(repo, ignored=True))
+        main_status = Later(lambda: main_files(main))
         if main_before is not None:
             try:
                 ctx.main_files_after = main_status.result()

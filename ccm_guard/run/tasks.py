@@ -13,8 +13,6 @@ from ccm_guard.detect.verdict import Verdict
 from ccm_guard.errors import UsageError
 from ccm_guard.run import exec as runexec
 from ccm_guard.state.registry import COPIED_DIRECTORY, LINKED_WORKTREE, Registry, Task
-from ccm_guard.worktree import apply as applying
-from ccm_guard.worktree import ops
 
 
 class Applied(Protocol):
@@ -46,13 +44,20 @@ class LinkedWorktree:
     def execute(self, opts: ExecOptions, registry: Registry) -> Verdict:
         return runexec.exec_task(opts, registry)
 
+    # apply and ops are imported when a task needs them: not on exec's path.
     def apply(self, registry: Registry, task: Task, *, into: str | None, how: str, retries: int) -> Applied:
+        from ccm_guard.worktree import apply as applying
+
         return applying.apply_task(registry, task.id, into, how, retries)
 
     def discard(self, registry: Registry, task: Task) -> dict[str, Any]:
+        from ccm_guard.worktree import ops
+
         return ops.discard(registry, task.id)
 
     def restore(self, registry: Registry, task: Task) -> dict[str, Any]:
+        from ccm_guard.worktree import ops
+
         return ops.restore(registry, task.id)
 
 
@@ -101,7 +106,11 @@ def execute(opts: ExecOptions, registry: Registry) -> Verdict:
 
 
 def apply(registry: Registry, task_id: str, *, into: str | None = None, how: str = "merge",
-          retries: int = applying.PUSH_RETRIES) -> Applied:
+          retries: int | None = None) -> Applied:
+    from ccm_guard.worktree import apply as applying
+
+    if retries is None:
+        retries = applying.PUSH_RETRIES
     if how not in applying.STRATEGIES:
         raise UsageError(f"unknown strategy {how!r}: choose one of {', '.join(applying.STRATEGIES)}")
     task = registry.get(task_id)

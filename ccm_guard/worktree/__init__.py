@@ -197,8 +197,8 @@ def remove(host: git.Repo, pins: Pins, head: str | None, *, reuse: bool = False)
         # An admin dir whose gitdir names another place (the worktree was moved) is left be.
         trash.remove_worktree(pins.worktree, pins.admin_dir, lambda: admin_lock(pins.common_dir))
         _forget_pooled(pins.worktree)
-    if head is not None and git.ref_exists(host, pins.branch_ref):
-        git.delete_ref(host, pins.branch_ref, head)
+    if head is not None:
+        git.delete_ref(host, pins.branch_ref, head, missing_ok=True)
     with contextlib.suppress(OSError):
         pins.worktree.parent.rmdir()
     return returned

@@ -46,16 +46,19 @@ def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
     return {"task": task.id, "snapshot": number, "commit": commit, "head": head, "uncommitted": commit != head}
 
 
-def auto_snapshots(host: git.Repo, task: Task, head: str, every: int) -> list[int]:
+def auto_snapshots(host: git.Repo, task: Task, head: str, every: int,
+                   commits: list[tuple[str, str]] | None = None) -> list[int]:
     """A snapshot at every `every`-th commit of the run (docs/design-notes.md#rollback-points), so a later rollback can
-    go back part of the way. Commits already snapshotted are not taken twice."""
+    go back part of the way. Commits already snapshotted are not taken twice. `commits`:
+    base..head as the verdict listed them (oldest first), spared a second walk."""
     if every <= 0 or head == task.base:
         return []
     taken = snapshots(host, task.id)
     have = set(taken.values())
     made = []
     number = max(taken, default=0)
-    for index, (sha, _) in enumerate(git.commits(host, task.base, head), start=1):
+    for index, (sha, _) in enumerate(commits if commits is not None else git.commits(host, task.base, head),
+                                     start=1):
         if index % every == 0 and sha not in have:
             number += 1
             git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", sha,

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
-
 from models import ModelServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agent_harness import (AgentRun, Agents, aider_run, claude_run, codex_run, gemini_run,
-                           make_lived_home, run_agent)
-from agent_harness import agents, fresh_home, model  # noqa: F401  (fixtures)
+from agent_harness import (  # noqa: F401  (fixtures)
+    AgentRun,
+    Agents,
+    agents,
+    aider_run,
+    claude_run,
+    codex_run,
+    fresh_home,
+    gemini_run,
+    make_lived_home,
+    model,
+    run_agent,
+)
 from models import COMMIT_MESSAGE, ModelServer, Say, Shell, Step
 
 COMMIT = ("printf 'hello from the agent\\n' > hello.txt && git add hello.txt"

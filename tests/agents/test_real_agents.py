@@ -19,8 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import AgentRun, Agents, aider_run, claude_run, codex_run, gemini_run, make_lived_home
-from agent_harness import agents, fresh_home, model  # noqa: F401  (fixtures)
+from agent_harness import (  # noqa: F401  (fixtures)
+    AgentRun,
+    Agents,
+    agents,
+    aider_run,
+    claude_run,
+    codex_run,
+    fresh_home,
+    gemini_run,
+    make_lived_home,
+    model,
+)
 from conftest import git
 from models import ModelServer, Say, Shell, Step
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -212,3 +213,19 @@ def test_pack_index_names_are_read(repo: Path) -> None:
     assert gitcmd(repo, "rev-parse", "HEAD") in names
     assert len(names) == len(gitcmd(repo, "rev-list", "--objects", "--all").splitlines())
     assert git.verify_pack(idx)
+
+
+@pytest.mark.parametrize("name", [
+    "ccm/20261124-162138-50cd", "ccm/a.b", "a/b_c.d", "x.y.z", "HEAD", "ccm/HEAD", "ccm/a.lock", "a.lock/b",
+    "a..b", "-a", "ccm/-a", "ccm/.a", "a/", "/a", "a//b", "@", "a@{b", "a b", "a~b", "a^b", "a:b", "a\\b",
+    "a?", "a*", "a[b", "ccm/\u00e9", "a.", "ccm/a.", "_a/_b", "ccm/a-lock",
+])
+def test_branch_names_are_judged_as_git_judges_them(name: str) -> None:
+    by_git = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True).returncode == 0
+    assert git.check_branch_name(name) == by_git
+
+
+def test_every_sanitised_task_branch_is_valid_without_asking_git(fp: FakeProcess) -> None:
+    # No git process is registered with the fake: a call to git would fail the test.
+    for raw in ("fix the bug!", "..a..b..", "x.lock", "-dash-", "a" * 80, "é-ü-x", "ccm/nested/id", "_under"):
+        assert git.check_branch_name("ccm/" + sanitise_task_id(raw))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
