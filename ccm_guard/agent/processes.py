@@ -19,6 +19,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Iterator
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -166,6 +167,44 @@ def stop(marker: str, worktree: Path, since: int, grace: float = 1.0) -> list[Pr
 
 
 KILL_DEADLINE = 30.0  # seconds to stop a run's leftovers for good, however fast they fork
+
+
+@contextlib.contextmanager
+def watchdog(marker: str, worktree: Path, since: int) -> Iterator[None]:
+    """While the agent runs: a small process that stops the run (`stop`) if ccm-guard dies
+    first (SIGKILL, the OOM killer, a CI runner cancelling the job), so that no agent goes
+    on writing into a worktree nobody watches.
+
+    It is forked before the agent, in a session of its own (a kill of ccm-guard's process
+    group does not reach it), and waits on a pipe only ccm-guard can write to: a byte
+    means the run ended and ccm-guard stops what is left itself; end of file without one
+    means ccm-guard is gone. The subreaper dies with ccm-guard, so the watchdog finds the
+    run's processes by what `leftovers` looks for besides descent: the run's marker, a
+    cwd or an open file in the worktree. A parent-death signal would reach the agent's
+    first process only, and a cgroup cannot be delegated here (module docstring).
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(write_end)
+            os.setsid()
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # holds open no pipe or terminal that someone reads to its end
+                os.dup2(quiet, fd)
+            if os.read(read_end, 1) == b"":
+                stop(marker, worktree, since)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.write(write_end, b"x")
+        os.close(write_end)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
 
 def _descendants() -> list[int]:

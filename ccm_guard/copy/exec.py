@@ -83,8 +83,9 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     registry.move(task.id, "ACTIVE")
     processes.become_subreaper()
     since = processes.now_ticks()
-    agent = runner.run(command, plan.copy, env, plan.log_dir, opts.timeout, opts.grace, opts.terminal,
-                       echo_stdout_to_stderr=opts.json_stdout, confine=confine)
+    with processes.watchdog(f"CCM_GUARD_RUN={marker}", plan.copy, since):
+        agent = runner.run(command, plan.copy, env, plan.log_dir, opts.timeout, opts.grace, opts.terminal,
+                           echo_stdout_to_stderr=opts.json_stdout, confine=confine)
     leftovers = tuple(p.describe() for p in processes.stop(f"CCM_GUARD_RUN={marker}", plan.copy, since))
     verdict = judge_copy(task, base, checks, leftovers, sandboxed=confine is not None)
     verdict.agent, verdict.sandbox, verdict.profile = agent, described, who.profile

@@ -130,8 +130,9 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     })
     processes.become_subreaper()
     since = processes.now_ticks()
-    agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
-                       opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
+    with processes.watchdog(marker, pins.worktree, since):  # the agent does not outlive ccm-guard
+        agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
+                           opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
     leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
     failpoints.point("before-gates")
 

@@ -26,7 +26,7 @@ from ccm_guard.state.home import (
     repo_key,
     require_space,
 )
-from ccm_guard.state.pins import Pins
+from ccm_guard.state.pins import ARCHIVE_PREFIX, Pins
 from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
 from ccm_guard.worktree.sparse import sparse_cone
 
@@ -175,8 +175,25 @@ def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: 
         if head == base:
             return None
         commit = head  # everything is committed: the branch tip is the archive
-    ref = f"refs/ccm-guard/archive/{task_id}"
-    git.update_ref(host, ref, commit, message=f"ccm-guard: archive {task_id}")
+    return keep_archive(host, task_id, commit)
+
+
+def keep_archive(host: git.Repo, task_id: str, commit: str) -> str:
+    """Point refs/ccm-guard/archive/<task> at `commit` without ever losing what it held.
+
+    An archive that already holds `commit` stays as it is: a discard repeated after a
+    killed one finds only the branch left, while the archive also holds the uncommitted
+    files. Work beyond the old archive replaces it (compare-and-swap); work beside it (a
+    restored task discarded again) is archived with the old archive as a second parent.
+    """
+    ref = ARCHIVE_PREFIX + task_id
+    old = git.resolve_commit(host, ref)
+    if old is not None and (old == commit or git.is_ancestor(host, commit, old)):
+        return ref
+    if old is not None and not git.is_ancestor(host, old, commit):
+        commit = git.commit_tree(host, git.tree_of(host, commit), [commit, old],
+                                 f"ccm-guard archive of task {task_id}, the earlier archive kept\n", IDENTITY)
+    git.update_ref(host, ref, commit, old or "", message=f"ccm-guard: archive {task_id}")
     return ref
 
 

@@ -76,9 +76,9 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
     head = _work_head(task, repo, host)
     if repo is not None:
         archive = worktree.archive(repo, host, task.id, task.base, head)
-    elif head != task.base:
-        archive = ARCHIVE_PREFIX + task.id
-        git.update_ref(host, archive, head, message=f"ccm-guard: archive {task.id}")
+    elif head != task.base or git.ref_exists(host, ARCHIVE_PREFIX + task.id):
+        # No worktree (a discard killed after removing it): the archive it made stays.
+        archive = worktree.keep_archive(host, task.id, head)
     else:
         archive = None
     registry.set_option(task.id, "archive", {"ref": archive, "head": head, "status": task.status,
@@ -90,6 +90,7 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
         # A pooled worktree whose task passed goes back to the pool (it checks that); the
         # archive above already holds everything the reset there throws away.
         returned = worktree.remove(host, pins, head, reuse=True)
+        failpoints.point("discard-after-remove")
     else:
         returned = False
         _drop_branch(host, pins, head)

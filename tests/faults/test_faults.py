@@ -201,3 +201,56 @@ def test_enospc_while_archiving_keeps_the_worktree(tmp_path: Path) -> None:
         assert Path(result.verdict["worktree"], "wip.txt").exists()  # nothing removed
         assert git(repo, "rev-parse", "--verify", "--quiet", "ccm/t1", check=False)
         assert Registry().get("t1").status == "ERRORED"
+
+
+def test_a_discard_killed_after_removing_the_worktree_then_repeated_keeps_the_uncommitted_work(
+        repo: Path, tmp_path: Path) -> None:
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    assert result.code == 1
+    _killed_at("discard-after-remove", "task", "discard", "t1", cwd=repo)
+    assert not Path(result.verdict["worktree"]).exists()
+    archived = git(repo, "rev-parse", "refs/ccm-guard/archive/t1")
+    proc = ccm("task", "discard", "t1", "--json", cwd=repo)  # the documented retry
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["archive"] == "refs/ccm-guard/archive/t1"
+    assert git(repo, "rev-parse", "refs/ccm-guard/archive/t1") == archived  # not replaced by the bare branch
+    assert git(repo, "show", "refs/ccm-guard/archive/t1:wip.txt") == "wip"
+    assert ccm("task", "restore", "t1", cwd=repo).returncode == 0
+    assert (Path(result.verdict["worktree"]) / "wip.txt").read_text() == "wip\n"
+
+
+def test_a_restored_task_discarded_again_keeps_both_archives(repo: Path, tmp_path: Path) -> None:
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+    first = git(repo, "rev-parse", "refs/ccm-guard/archive/t1")
+    assert ccm("task", "restore", "t1", cwd=repo).returncode == 0
+    worktree = Path(result.verdict["worktree"])
+    (worktree / "wip.txt").unlink()
+    (worktree / "other.txt").write_text("other\n")
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+    second = git(repo, "rev-parse", "refs/ccm-guard/archive/t1")
+    assert git(repo, "show", f"{second}:other.txt") == "other"
+    assert first in git(repo, "rev-list", second).split()  # the earlier archive is still reachable
+
+
+@pytest.mark.parametrize("sandbox", ["none", "auto"])
+def test_the_agent_dies_with_a_killed_ccm_guard(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    # A daemonised writer (setsid, double fork) that would go on writing into the worktree.
+    agent = write_agent(tmp_path, "setsid sh -c 'while :; do date +%s%N >> tick.txt; sleep 0.05; done' &\n"
+                                  "touch started; sleep 60\n")
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--sandbox", sandbox, "--task", "t1",
+                             "--", str(agent)], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worktree = None
+    for _ in range(3000):
+        found = list((Path(os.environ["CCM_GUARD_HOME"]) / "worktrees").glob("*/t1/started"))
+        if found and (found[0].parent / "tick.txt").exists():
+            worktree = found[0].parent
+            break
+        time.sleep(0.01)
+    assert worktree is not None, "the agent never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1.0)  # the watchdog stops the run at once; give the writer time to show it is gone
+    ticks = (worktree / "tick.txt").stat().st_size
+    time.sleep(0.5)
+    assert (worktree / "tick.txt").stat().st_size == ticks, "the agent's writer outlived ccm-guard"
