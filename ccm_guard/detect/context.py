@@ -118,11 +118,14 @@ class Context:
 
     @functools.cached_property
     def forged_packs(self) -> list[str]:
-        """New packs that took loose objects but do not verify (an honest gc's always do)."""
-        objs = self.delta.objects
-        if not objs.repacked:
-            return []
-        return [p for p in objs.new_packs if not git.verify_pack(self.pins.common_dir / "objects" / p)]
+        """New packs (and a new multi-pack index) that do not verify: an object in them
+        does not hash to the name its index gives it, so it could stand in for an existing
+        one. Git's own packs (gc, fetch) always verify."""
+        objects_dir = self.pins.common_dir / "objects"
+        forged = [p for p in self.delta.objects.new_packs if not git.verify_pack(objects_dir / p)]
+        if self.delta.objects.midx_changed and not git.verify_midx(objects_dir):
+            forged.append("pack/multi-pack-index")
+        return forged
 
     @functools.cached_property
     def commit_graph_ok(self) -> bool:

@@ -279,15 +279,45 @@ def read_nofollow(path: Path) -> bytes | None:
         return fh.read()
 
 
+def _packed_refs(data: bytes) -> dict[str, str]:
+    """The records of `packed-refs`, read strictly. Git writes it sorted, one record per
+    ref, and reads it by binary search: a duplicated or out-of-order record makes git see
+    one value where a plain parse sees another, so such a file is reported as a value
+    of its own ("packed-refs" -> "malformed: ..."), which any run that causes it fails on."""
+    refs: dict[str, str] = {}
+    problems: list[str] = []
+    last: bytes | None = None
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the file's final newline
+    for number, line in enumerate(lines, start=1):
+        if line.startswith(b"# pack-refs with:") and number == 1:
+            continue
+        if line.startswith(b"^") and last is not None and _is_oid(line[1:]):
+            continue  # the peeled value of the record above
+        sha, space, raw_name = line.partition(b" ")
+        name = raw_name.decode("utf-8", "surrogateescape")
+        if not space or not _is_oid(sha) or not raw_name.startswith(b"refs/"):
+            problems.append(f"line {number} is not a ref record")
+            continue
+        if name in refs:
+            problems.append(f"two records for {name}")
+        elif last is not None and raw_name < last:
+            problems.append(f"{name} is out of order")
+        refs[name] = sha.decode()
+        last = raw_name
+    if problems:
+        refs["packed-refs"] = "malformed: " + "; ".join(problems[:3])
+    return refs
+
+
+def _is_oid(text: bytes) -> bool:
+    return len(text) in (40, 64) and all(c in b"0123456789abcdef" for c in text)
+
+
 def read_refs(common: Path) -> dict[str, str]:
     """All refs of the common dir: packed first, loose ones override (as git reads them)."""
-    refs: dict[str, str] = {}
-    packed = read_nofollow(common / "packed-refs") or b""
-    for line in packed.decode("utf-8", "surrogateescape").splitlines():
-        if not line or line[0] in "#^":
-            continue
-        sha, _, name = line.partition(" ")
-        refs[name] = sha
+    refs = _packed_refs(read_nofollow(common / "packed-refs") or b"")
     for rel, entry, data in _walk(common / "refs"):
         if rel.endswith(".lock"):
             continue  # a ref update in flight, not a ref (git reads them the same way)

@@ -104,6 +104,7 @@ from ccm_guard.git.objects import (
     tree_size,
     trees_of,
     verify_commit_graph,
+    verify_midx,
     verify_pack,
 )
 from ccm_guard.git.refs import (
@@ -129,7 +130,7 @@ __all__ = [
     "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "ref_trees",
     "refs_under", "RefTree", "resolve_commit", "symbolic_head", "try_update_ref", "update_ref",
     "blob_at", "blob_sizes", "blobs", "file_at", "files_at", "hash_file", "hash_files", "object_type",
-    "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_pack",
+    "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_midx", "verify_pack",
     "archive_commit", "commit_changes", "commit_message", "commit_tree", "commits", "count_commits",
     "diff_text", "FileStat", "has_any_commit", "is_ancestor", "merge_base", "merge_tree", "MergeResult",
     "numstat", "numstat_trees", "RawChange", "staged_changes",

@@ -128,3 +128,8 @@ def verify_commit_graph(repo: Repo) -> bool:
 def verify_pack(idx: Path) -> bool:
     """Whether a pack holds exactly the objects its index names (every object re-hashed)."""
     return run(["verify-pack", str(idx)], check=False).returncode == 0
+
+
+def verify_midx(objects_dir: Path) -> bool:
+    """Whether the multi-pack index names each object where its pack really holds it."""
+    return run(["multi-pack-index", "--object-dir", str(objects_dir), "verify"], check=False).returncode == 0

@@ -143,9 +143,12 @@ def git_metadata(ctx: Context) -> list[Finding]:
         findings.append(Finding("git-metadata", f"{len(objs.altered)} existing object file(s) were rewritten", tuple(objs.altered)))
     if objs.removed:
         findings.append(Finding("git-metadata", f"{len(objs.removed)} existing object file(s) were removed", tuple(objs.removed)))
+    if objs.forged:
+        findings.append(Finding("git-metadata", f"{len(objs.forged)} new object file(s) do not hold what their "
+                                "names say (they could stand in for existing objects)", tuple(objs.forged)))
     if ctx.forged_packs:
-        findings.append(Finding("git-metadata", "a new pack took existing objects but does not verify",
-                                tuple(ctx.forged_packs)))
+        findings.append(Finding("git-metadata", "a new pack or multi-pack index does not verify: its objects "
+                                "do not hash to the names it gives them", tuple(ctx.forged_packs)))
     elif objs.repacked:
         findings.append(Finding("git-metadata", f"{len(objs.repacked)} loose object(s) were packed into a new, "
                                 "verified pack (git gc)", tuple(objs.new_packs), WARN))

@@ -1,0 +1,108 @@
+"""Class 13: the agent makes git read its stores differently from the snapshot.
+
+Git reads an object by its id from wherever it finds it, and resolves a ref from loose
+files and `packed-refs` by rules of its own. An agent that adds a store entry claiming
+an existing id (or a second record for an existing ref) changes what everybody reads
+without touching a file the snapshot had. The shared git dir is writable even under
+Landlock (the task commits there), so each attack runs with and without the sandbox.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from adv import COMMIT, SANDBOXES, all_paths, plain_git
+from conftest import git, run_exec, write_agent
+
+# Python one-liners the attacking agent runs (it has python3 like any agent's machine).
+FORGE_LOOSE = """python3 - "$oid" "$objects" <<'PY'
+import os, sys, zlib
+oid, objects = sys.argv[1], sys.argv[2]
+os.makedirs(f"{objects}/{oid[:2]}", exist_ok=True)
+with open(f"{objects}/{oid[:2]}/{oid[2:]}", "wb") as fh:
+    fh.write(zlib.compress(b"blob 14\\0print('evil')\\n"))
+PY"""
+
+# A one-object pack of the agent's blob, whose index then claims the existing id.
+FORGE_PACK = """blob=$(printf "print('evil')\\n" | git hash-object -w --stdin)
+name=$(echo "$blob" | git pack-objects -q "$objects/pack/tmp_")
+python3 - "$oid" "$objects/pack/tmp_-$name.idx" <<'PY'
+import hashlib, sys
+oid, idx = bytes.fromhex(sys.argv[1]), sys.argv[2]
+data = bytearray(open(idx, "rb").read())
+fanout = [0 if i < oid[0] else 1 for i in range(256)]
+data[8:8 + 1024] = b"".join(n.to_bytes(4, "big") for n in fanout)
+data[8 + 1024:8 + 1024 + 20] = oid
+data[-20:] = hashlib.sha1(bytes(data[:-20])).digest()
+open(idx, "wb").write(bytes(data))
+PY
+rm -f "$objects/$(echo "$blob" | cut -c1-2)/$(echo "$blob" | cut -c3-)\""""
+
+
+def _agent(tmp_path: Path, forge: str) -> Path:
+    return write_agent(tmp_path, f"""{COMMIT}
+oid=$(git rev-parse main:src/app.py)
+objects=$(git rev-parse --git-common-dir)/objects
+{forge}""")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_loose_object_claiming_an_existing_id_fails_the_run(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    git(repo, "gc", "-q")  # the person's objects are packed: the agent adds a loose twin
+    res = run_exec(repo, _agent(tmp_path, FORGE_LOOSE), "--sandbox", sandbox)
+    # Git looks in packs first, so this twin shadows nothing yet; a repack that keeps the
+    # loose copy, or a later prune of the pack, would serve its bytes under that id.
+    assert "mismatch" in plain_git(repo, "fsck").stderr
+    assert res.code == 1
+    assert "do not hold what their names say" in res.reasons("git-metadata")
+    oid = git(repo, "rev-parse", "main:src/app.py")
+    assert f"{oid[:2]}/{oid[2:]}" in all_paths(res, "git-metadata")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_pack_whose_index_claims_an_existing_id_fails_the_run(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    # The person's objects are loose; git looks in packs first, so the forged pack wins.
+    res = run_exec(repo, _agent(tmp_path, FORGE_PACK), "--sandbox", sandbox)
+    assert plain_git(repo, "show", "main:src/app.py").stdout == "print('evil')\n"  # what everybody reads now
+    forged = [p for p in (repo / ".git/objects/pack").glob("tmp_-*.idx")]
+    assert forged and plain_git(repo, "verify-pack", str(forged[0])).returncode != 0
+    assert res.code == 1
+    assert "does not verify" in res.reasons("git-metadata")
+    assert f"pack/{forged[0].name}" in all_paths(res, "git-metadata")
+
+
+def test_honest_new_objects_and_packs_pass(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+echo more > more.txt; git add more.txt; git commit -q -m more
+objects=$(git rev-parse --git-common-dir)/objects
+git rev-parse HEAD | git pack-objects -q --revs "$objects/pack/pack" >/dev/null""")
+    res = run_exec(repo, agent, "--sandbox", "none")
+    assert res.code == 0, res.verdict
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("how", ["duplicate", "out-of-order"])
+def test_a_second_packed_record_that_moves_main_fails_the_run(repo: Path, tmp_path: Path, sandbox: str,
+                                                              how: str) -> None:
+    git(repo, "branch", "zz")
+    git(repo, "pack-refs", "--all")
+    before = git(repo, "rev-parse", "main")
+    # A second record for main after (or an extra one out of) git's sorted order: git's
+    # binary search finds the agent's commit, a plain top-to-bottom read the person's.
+    record = 'printf "%s refs/heads/main\\n" "$(git rev-parse HEAD)" >> "$packed"'
+    if how == "out-of-order":
+        record = ('{ head -1 "$packed"; printf "%s refs/heads/main\\n" "$(git rev-parse HEAD)"; '
+                  'tail -n +2 "$packed"; } > "$packed.new" && mv "$packed.new" "$packed"')
+    agent = write_agent(tmp_path, f"""{COMMIT}
+packed=$(git rev-parse --git-common-dir)/packed-refs
+{record}""")
+    packed = (repo / ".git/packed-refs").read_bytes()
+    res = run_exec(repo, agent, "--sandbox", sandbox)
+    if sandbox == "landlock":  # packed-refs is not among the task's writable files: prevented
+        assert (repo / ".git/packed-refs").read_bytes() == packed
+        assert git(repo, "rev-parse", "main") == before
+        return
+    assert (repo / ".git/packed-refs").read_bytes() != packed
+    assert res.code == 1
+    assert "packed-refs was turned into malformed" in res.reasons("refs-untouched")
