@@ -27,7 +27,6 @@ import functools
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -96,17 +95,17 @@ def binary() -> str:
     return os.path.realpath(found)
 
 
-@functools.lru_cache(maxsize=1)
-def _empty_home() -> str:
-    # A HOME with nothing in it: no ~/.gitconfig, no ~/.config/git/{ignore,attributes}.
-    return tempfile.mkdtemp(prefix="ccm-guard-githome-")
+# A HOME under which nothing can ever exist: no ~/.gitconfig, no ~/.config/git/{ignore,
+# attributes}, for anyone to plant (git takes ENOTDIR as absent, without a warning). A temp
+# directory per process, as before, was left behind by every run and writable by the agent.
+NO_HOME = "/dev/null"
 
 
 def environment(repo: Repo | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES)}
     env.pop("XDG_CONFIG_HOME", None)
     env.update(
-        HOME=_empty_home(),
+        HOME=NO_HOME,
         LC_ALL="C",
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CONFIG_GLOBAL="/dev/null",

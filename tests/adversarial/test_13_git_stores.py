@@ -106,3 +106,20 @@ packed=$(git rev-parse --git-common-dir)/packed-refs
     assert (repo / ".git/packed-refs").read_bytes() != packed
     assert res.code == 1
     assert "packed-refs was turned into malformed" in res.reasons("refs-untouched")
+
+
+def test_ccm_guard_s_git_has_no_home_to_plant_an_ignore_file_in(repo: Path, tmp_path: Path) -> None:
+    # An unsandboxed agent looks for ccm-guard's own git HOME (a temp dir, once) to hide
+    # a leftover from clean-tree with an ignore file there: there is none, and a run
+    # leaves no temporary directory behind at all.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    agent = write_agent(tmp_path, f"""{COMMIT}
+for home in "$TMPDIR"/ccm-guard-githome-* /dev/null; do
+  mkdir -p "$home/.config/git" 2>/dev/null && echo leftover.txt > "$home/.config/git/ignore"
+done
+echo junk > leftover.txt""")
+    res = run_exec(repo, agent, "--sandbox", "none", env={"TMPDIR": str(temp)})
+    assert res.code == 1
+    assert "leftover.txt" in all_paths(res, "clean-tree")
+    assert sorted(p.name for p in temp.iterdir()) == []
