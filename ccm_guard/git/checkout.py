@@ -8,6 +8,7 @@ and untracked files), including the pool's work trees that have only a private i
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -124,6 +125,20 @@ def status(repo: Repo, *, ignored: bool = False, untracked: bool = True) -> list
     for new files, about half the cost).
     """
     return _status(repo, ignored=ignored, untracked=untracked)
+
+
+def hidden_by_index_flags(repo: Repo) -> list[str]:
+    """Tracked paths whose changes `git status` does not look at: flagged assume-unchanged
+    (`update-index --assume-unchanged`), or skip-worktree while the file is there on disk
+    (a sparse checkout's skipped files are absent; `--skip-worktree` on a present file
+    hides its edits)."""
+    hidden = []
+    for record in run(["ls-files", "-v", "-z"], repo).z():
+        tag, _, path = record.partition(" ")
+        if tag.islower() or (tag == "S" and repo.work_tree is not None
+                             and os.path.lexists(os.path.join(repo.work_tree, path))):
+            hidden.append(path)
+    return hidden
 
 
 def _status(repo: Repo, *, ignored: bool, untracked: bool, env: Mapping[str, str] | None = None) -> list[StatusEntry]:

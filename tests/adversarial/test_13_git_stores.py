@@ -123,3 +123,16 @@ echo junk > leftover.txt""")
     assert res.code == 1
     assert "leftover.txt" in all_paths(res, "clean-tree")
     assert sorted(p.name for p in temp.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_an_edit_hidden_by_an_index_flag_fails_clean_tree(repo: Path, tmp_path: Path, flag: str) -> None:
+    agent = write_agent(tmp_path, f"""{COMMIT}
+echo "print('edited')" > src/app.py
+git update-index {flag} src/app.py""")
+    res = run_exec(repo, agent)
+    worktree = Path(res.verdict["worktree"])
+    assert plain_git(worktree, "status", "--porcelain").stdout == ""  # git itself sees nothing
+    assert res.code == 1
+    assert "src/app.py" in all_paths(res, "clean-tree")
+    assert "flagged assume-unchanged or skip-worktree" in res.reasons("clean-tree")

@@ -35,6 +35,10 @@ def clean_tree(ctx: Context) -> list[Finding]:
         findings.append(Finding("clean-tree", f"{len(dirty)} tracked file(s) changed but not committed", tuple(dirty)))
     if untracked:
         findings.append(Finding("clean-tree", f"{len(untracked)} untracked file(s) left behind", tuple(untracked)))
+    flagged = git_or_skip(lambda: git.hidden_by_index_flags(ctx.repo))
+    if flagged:
+        findings.append(Finding("clean-tree", f"{len(flagged)} tracked file(s) flagged assume-unchanged or "
+                                "skip-worktree in the index: git status does not see their changes", tuple(flagged)))
     return findings
 
 
