@@ -170,12 +170,15 @@ def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
 
 
 def commit_changes(repo: Repo, base: str, head: str) -> list[RawChange]:
-    """Every path each commit in base..head changed against its first parent, oldest first.
+    """Every path each commit in base..head changed against each of its parents, oldest first.
 
     Per commit, not base..head as a whole: a forbidden file changed and changed back,
-    or a change brought in by a merge, is still seen.
+    or a change brought in by a merge, is still seen. Against every parent of a merge,
+    not the first only: a merge whose first parent is an older commit undoes the base's
+    changes without any first-parent diff showing it. Along any line of parents from the
+    base to the head every step is one of these diffs, so the net change is within them.
     """
-    out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=first-parent",
+    out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
                "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
     return _parse_raw(out.split("\0"), "")
 

@@ -89,3 +89,21 @@ rgit add -A; rgit commit -q -m attrs""")
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "twin")
     assert name in git(repo, "ls-tree", "-z", "--name-only", "ccm/twin").split("\0")
     assert res.code == 1 and res.status("path-policy") == "fail"
+
+
+def test_test_writer_reverts_source_through_a_merge_with_an_older_first_parent(repo: Path, tmp_path: Path) -> None:
+    # The base's change to src/app.py is undone by a merge whose first parent is the commit
+    # before it and whose second parent is the agent's test commit: every first-parent diff
+    # shows tests only, the branch as a whole reverts the source.
+    older = git(repo, "rev-parse", "main")
+    (repo / "src/app.py").write_text("print('fixed')\n")
+    git(repo, "commit", "-q", "-am", "fix app")
+    agent = write_agent(tmp_path, f"""mkdir -p tests; echo 'def test_x(): pass' > tests/test_x.py
+git add tests; git commit -q -m 'add a test'
+rgit read-tree {older}; rgit add tests; tree=$(rgit write-tree)
+merge=$(rgit commit-tree $tree -p {older} -p HEAD -m 'Merge tests')
+rgit reset -q --hard $merge""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--role", "test-writer", "--task", "revert")
+    assert git(repo, "show", "ccm/revert:src/app.py") == "print('hi')"  # the base's fix is gone on the branch
+    assert res.code == 1
+    assert "src/app.py" in all_paths(res, "path-policy")
