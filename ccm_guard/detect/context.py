@@ -156,9 +156,24 @@ def untrusted_reason(ctx: Context) -> str | None:
     for key in ("common/objects/info/alternates", "common/shallow", "pointer", own + "commondir", own + "gitdir"):
         if ctx.delta.changed(key):
             return f"{display(key)} was changed"
-    if ctx.delta.objects.altered or ctx.delta.objects.removed or ctx.forged_packs:
-        return "existing objects were rewritten or removed"
+    if ctx.delta.objects.altered or ctx.delta.objects.removed or ctx.forged_packs or ctx.delta.objects.forged:
+        return "existing objects were rewritten or removed, or new ones forged"
+    planted = planted_links(ctx)
+    if planted:
+        return f"{planted[0]} became a link or a special file"
     return None
+
+
+def planted_links(ctx: Context) -> list[str]:
+    """Links and special files (FIFOs, sockets) the run put into the git metadata. Git
+    writes through links (a reflog, the index): ccm-guard's next commit or archive there
+    would write into whatever file the agent chose."""
+    return [display(change.key) for change in ctx.delta.files
+            if change.change != "removed" and change.key.startswith("common/")
+            and ctx.after.files.get(change.key, _REGULAR).kind in ("l", "o")]
+
+
+_REGULAR = Entry("f", 0, "")
 
 
 def plain(value: str | None) -> bool:

@@ -72,7 +72,7 @@ def recover(repo: git.Repo, allowed: Callable[[str], bool], message: str | None,
         return RecoveryResult(None, (), refused, "", removed)  # e.g. only a dirty submodule's insides
     text = with_trailer(message)
     new = git.commit_tree(repo, tree, [head], text, identity)
-    git.update_ref(repo, "HEAD", new, head, message="ccm-guard: recovery commit")
+    git.update_ref(repo, "HEAD", new, head, message="ccm-guard: recovery commit", identity=identity)
     warning = _reset_index(repo, new)
     return RecoveryResult(new, tuple(take), refused, text, removed, warning)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Mapping
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
@@ -38,11 +39,14 @@ def check_branch_name(name: str) -> bool:
     return run(["check-ref-format", "--branch", name], check=False).returncode == 0
 
 
-def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, message: str = "ccm-guard") -> None:
+def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, message: str = "ccm-guard",
+               identity: Mapping[str, str] | None = None) -> None:
+    """`identity` (GIT_COMMITTER_*): who the reflog entry names, whatever config the agent
+    could write says."""
     args = ["update-ref", "-m", message, ref, new]
     if old is not None:
         args.append(old)
-    run(args, repo)
+    run(args, repo, env=identity)
 
 
 def delete_ref(repo: Repo, ref: str, old: str, *, missing_ok: bool = False) -> None:

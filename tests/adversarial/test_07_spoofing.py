@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from adv import COMMIT
+from adv import COMMIT, all_paths, needs_landlock
 from conftest import git, run_exec, write_agent
 
 
@@ -94,3 +94,25 @@ printf 'not json \\033[31m red\\n' >> "$CCM_GUARD_LOG" """)
     assert "refused by the git shim and hooks: 2" in proc.stdout
     assert "\x1b" not in proc.stdout
     assert "remote\\x1b[2J: nothing\\x1b[1A\\x1b[2K all clear" in proc.stdout
+
+
+@pytest.mark.parametrize("sandbox", ["none", pytest.param("landlock", marks=needs_landlock)])
+@pytest.mark.parametrize("link", ["logs/HEAD", "index"])
+def test_a_fake_blocked_commit_with_a_linked_admin_file_writes_nothing_through_the_link(
+        repo: Path, tmp_path: Path, sandbox: str, link: str) -> None:
+    # The agent points a file of its own admin dir that a host-side commit writes (the
+    # reflog, the index) at a file of the person's, then fakes the blocked-commit line so
+    # that ccm-guard commits on the host.
+    victim = tmp_path / "bashrc"
+    victim.write_text("# the person's shell start-up\n")
+    agent = write_agent(tmp_path, f"""echo change > src/app.py
+admin=$(git rev-parse --git-dir)
+rm -f "$admin/{link}"; ln -s {victim} "$admin/{link}"
+echo "fatal: Unable to create '$admin/index.lock': Read-only file system" >&2
+exit 128""")
+    res = run_exec(repo, agent, "--sandbox", sandbox, "--task", "linked")
+    assert victim.read_text() == "# the person's shell start-up\n"  # nothing was written through the link
+    assert res.verdict["recovery"] is None
+    assert res.code == 1
+    assert "planted in the git metadata" in res.reasons("git-metadata")
+    assert f"worktrees/linked/{link}" in all_paths(res, "git-metadata")

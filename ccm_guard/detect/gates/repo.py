@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ccm_guard import git
-from ccm_guard.detect.context import FAIL, WARN, Context, Finding, display, plain
+from ccm_guard.detect.context import FAIL, WARN, Context, Finding, display, plain, planted_links
 from ccm_guard.detect.delta import FileChange, Owner, RefChange
 from ccm_guard.detect.snapshot import Entry
 from ccm_guard.errors import GitError
@@ -103,7 +103,10 @@ def _checked_out_branches(ctx: Context) -> dict[str, str]:
 
 
 def git_metadata(ctx: Context) -> list[Finding]:
-    findings = []
+    planted = planted_links(ctx)
+    findings = [Finding("git-metadata", f"{len(planted)} link(s) or special file(s) planted in the git metadata, "
+                        "which git would write through (ccm-guard ran no git there after this)", tuple(planted))
+                ] if planted else []
     for change in ctx.delta.files:
         if ctx.ignored_worktree(change.key):
             found = _other_task_change(ctx, change)
