@@ -10,7 +10,9 @@ naming the file, the line and the key, never a silent default.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -257,9 +259,22 @@ def policy_table(data: bytes | None) -> object:
     return tool.get("ccm-guard") if isinstance(tool, dict) else None
 
 
+POLICY_LIMIT = 1 << 20  # bytes; a policy is a page or two of TOML
+
+
 def read_file(path: Path) -> Source:
+    """A policy file the person named: a regular file (a link to one is fine) of bounded
+    size; a FIFO, a device (`--policy /dev/zero`) or a huge file is refused, not read."""
     try:
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise PolicyError(f"policy file {path} is not a regular file: pass a .toml file")
+            if info.st_size > POLICY_LIMIT:
+                raise PolicyError(f"policy file {path} is {info.st_size} bytes, over the {POLICY_LIMIT} allowed: "
+                                  "pass the policy itself")
+            text = fh.read(POLICY_LIMIT).decode("utf-8", "replace")
     except OSError as exc:
         raise PolicyError(f"cannot read policy file {path}: {exc.strerror}; check the path") from exc
     table = ("tool", "ccm-guard") if path.name == "pyproject.toml" else ()

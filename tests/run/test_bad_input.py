@@ -164,3 +164,19 @@ def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch:
         patch.setattr(gitmod, "worktree_add", interrupted_add)
         guard.exec_task(opts, Registry())
     assert_nothing_left(repo)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "huge"])
+def test_a_policy_that_is_no_regular_file_is_refused_unread(repo: Path, tmp_path: Path, kind: str) -> None:
+    policy = Path("/dev/zero")
+    if kind == "fifo":
+        policy = tmp_path / "policy.toml"
+        os.mkfifo(policy)  # reading it would wait for a writer for ever
+    elif kind == "huge":
+        policy = tmp_path / "policy.toml"
+        policy.write_text("# padding\n" * 200_000)
+    proc = ccm("exec", "--policy", str(policy), "--", "true", cwd=repo, timeout=30)
+    assert proc.returncode == ExitCode.USAGE
+    line = one_line_error(proc)
+    assert f"policy file {policy}" in line and ("not a regular file" in line or "over the" in line)
+    assert_nothing_left(repo)
