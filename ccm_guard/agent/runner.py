@@ -9,6 +9,7 @@ to ccm-guard itself, reaches the whole process group: TERM, a grace period, KILL
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import errno
@@ -163,9 +164,9 @@ def _run_pipes(
     out_log, err_log = log_dir / "agent.stdout.log", log_dir / "agent.stderr.log"
     proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=confine)
     assert proc.stdout is not None and proc.stderr is not None
-    sinks: dict[int, tuple[BinaryIO, BinaryIO]] = {
-        proc.stdout.fileno(): (open(out_log, "wb"), echo_out),
-        proc.stderr.fileno(): (open(err_log, "wb"), sys.stderr.buffer),
+    sinks: dict[int, tuple[CappedLog, BinaryIO]] = {
+        proc.stdout.fileno(): (CappedLog(out_log), echo_out),
+        proc.stderr.fileno(): (CappedLog(err_log), sys.stderr.buffer),
     }
     timed_out = False
     exited_at: float | None = None
@@ -182,29 +183,68 @@ def _run_pipes(
             for fd in ready:
                 data = _read(fd)
                 if not data:
-                    with contextlib.suppress(OSError):  # a full disk: what could not be logged is lost
-                        sinks.pop(fd)[0].close()
+                    sinks.pop(fd)[0].close()
                     continue
                 log, echo = sinks[fd]
-                _log(log, data)
+                log.write(data)
                 with contextlib.suppress(OSError, ValueError):
                     echo.write(data)
                     echo.flush()
     finally:
         for log, _ in sinks.values():
-            with contextlib.suppress(OSError):
-                log.close()
+            log.close()
         proc.stdout.close()
         proc.stderr.close()
     proc.wait()
     return proc, (str(out_log), str(err_log)), timed_out
 
 
-def _log(log: BinaryIO, data: bytes) -> None:
-    """Best effort: an agent that fills the disk must not stop the run (or its verdict)."""
-    with contextlib.suppress(OSError):
-        log.write(data)
-        log.flush()
+LOG_HEAD = LOG_TAIL = 8 << 20  # bytes of an output log kept from its start and from its end
+
+
+class CappedLog:
+    """An agent's output log of at most LOG_HEAD + LOG_TAIL bytes: the first and the last
+    of what it printed, with a line saying how much was cut between (an agent printing
+    300 MB used to leave a 290 MB log). The tail is held in memory until the run ends.
+    Writes are best effort: an agent that fills the disk must not stop the run."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "wb")
+        self._head = 0
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_size = 0
+        self._cut = 0
+
+    def write(self, data: bytes) -> None:
+        room = LOG_HEAD - self._head
+        if room > 0:
+            self._put(data[:room])
+            self._head += min(room, len(data))
+            data = data[room:]
+        if data:
+            self._tail.append(data)
+            self._tail_size += len(data)
+            while self._tail_size - len(self._tail[0]) >= LOG_TAIL:  # whole chunks beyond the bound
+                self._cut += len(self._tail[0])
+                self._tail_size -= len(self._tail.popleft())
+
+    def close(self) -> None:
+        tail = b"".join(self._tail)
+        if len(tail) > LOG_TAIL:
+            self._cut += len(tail) - LOG_TAIL
+            tail = tail[-LOG_TAIL:]
+        if self._cut:
+            self._put(f"\n[ccm-guard: {self._cut} bytes of output cut here; the log keeps "
+                      f"the first and the last {LOG_TAIL >> 20} MiB]\n".encode())
+        self._put(tail)
+        with contextlib.suppress(OSError):
+            self._fh.close()
+
+    def _put(self, data: bytes) -> None:
+        if data:
+            with contextlib.suppress(OSError):
+                self._fh.write(data)
+                self._fh.flush()
 
 
 def _read(fd: int) -> bytes:
@@ -237,8 +277,11 @@ def _run_pty(
     timed_out = False
     try:
         tty.setraw(stdin)
-        with open(log_path, "wb") as log:
+        log = CappedLog(log_path)
+        try:
             timed_out = _proxy(proc, master, stdin, log, deadline, grace, stop)
+        finally:
+            log.close()
     finally:
         termios.tcsetattr(stdin, termios.TCSAFLUSH, saved)
         signal.signal(signal.SIGWINCH, old_winch)
@@ -248,7 +291,7 @@ def _run_pty(
 
 
 def _proxy(
-    proc: subprocess.Popen[bytes], master: int, stdin: int, log: BinaryIO,
+    proc: subprocess.Popen[bytes], master: int, stdin: int, log: CappedLog,
     deadline: float | None, grace: float, stop: _Stop,
 ) -> bool:
     timed_out = False
@@ -264,7 +307,7 @@ def _proxy(
             data = _read(master)
             if not data:
                 break
-            _log(log, data)
+            log.write(data)
             os.write(sys.stdout.fileno(), data)
         if stdin in ready:
             data = os.read(stdin, 4096)
