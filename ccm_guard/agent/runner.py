@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
 from ccm_guard.agent import processes
+from ccm_guard.agent.terminal import TerminalFilter
 from ccm_guard.errors import AgentNotExecutable, AgentNotFound
 
 # Variables that would let the agent reach beyond its task, and the hooks' skip switches.
@@ -168,6 +169,8 @@ def _run_pipes(
         proc.stdout.fileno(): (CappedLog(out_log), echo_out),
         proc.stderr.fileno(): (CappedLog(err_log), sys.stderr.buffer),
     }
+    # What is echoed may reach a terminal: filtered as the pty proxy filters it.
+    shown = {fd: TerminalFilter() for fd in sinks}
     timed_out = False
     exited_at: float | None = None
     try:
@@ -188,7 +191,7 @@ def _run_pipes(
                 log, echo = sinks[fd]
                 log.write(data)
                 with contextlib.suppress(OSError, ValueError):
-                    echo.write(data)
+                    echo.write(shown[fd].feed(data))
                     echo.flush()
     finally:
         for log, _ in sinks.values():
@@ -296,6 +299,7 @@ def _proxy(
 ) -> bool:
     timed_out = False
     inputs = [master, stdin]
+    shown = TerminalFilter()  # the log keeps everything; the terminal gets no clipboard writes
     while master in inputs:
         if proc.poll() is None and _must_stop(proc, deadline, stop, grace):
             timed_out = True
@@ -308,7 +312,7 @@ def _proxy(
             if not data:
                 break
             log.write(data)
-            os.write(sys.stdout.fileno(), data)
+            os.write(sys.stdout.fileno(), shown.feed(data))
         if stdin in ready:
             data = os.read(stdin, 4096)
             if data:
@@ -317,6 +321,7 @@ def _proxy(
                 inputs.remove(stdin)
         if proc.poll() is not None and not select.select([master], [], [], 0)[0]:
             break
+    shown.finish()
     return timed_out
 
 
