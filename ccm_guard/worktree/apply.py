@@ -246,12 +246,33 @@ def reconcile(registry: Registry, task: Task) -> str | None:
     else:
         tip = git.resolve_commit(host, pending["ref"])
     landed = tip is not None and (tip == pending["new"] or git.is_ancestor(host, pending["new"], tip))
-    if not landed:
+    if not landed or tip is None:
         registry.set_option(task.id, "applying", None)
         return "an interrupted apply did not land; the target is unchanged"
     target = Target(pending["ref"], pending.get("url"))
-    _record(registry, task, host, target, pending.get("strategy", "merge"), pending["old"], pending["new"], 1, None)
-    return f"an interrupted apply had landed on {target.name} as {pending['new'][:12]}; recorded it as APPLIED"
+    checkout = None if target.url else _catch_up_checkout(host, target, pending["old"], pending["new"], tip)
+    _record(registry, task, host, target, pending.get("strategy", "merge"), pending["old"], pending["new"], 1,
+            checkout[0] if checkout else None)
+    found = f"an interrupted apply had landed on {target.name} as {pending['new'][:12]}; recorded it as APPLIED"
+    return found + (f"; {checkout[1]}" if checkout else "")
+
+
+def _catch_up_checkout(host: git.Repo, target: Target, old: str, new: str, tip: str) -> tuple[str, str] | None:
+    """The checkout of the target, if the apply was killed before it was brought along:
+    its branch says `new` while its index and files still say `old`, so the person's next
+    commit would undo the task's work. Brought up to date as the apply would have
+    (read-tree's two-tree merge keeps the person's own changes or refuses)."""
+    checkout = checked_out(host, target.ref)
+    if checkout is None or tip != new:
+        return None  # not checked out, or the person has moved on from the apply's commit
+    with _apply_lock(Path(host.common_dir)):
+        try:
+            git.fast_forward_checkout(checkout, old, new)
+        except GitError as exc:
+            return str(checkout.work_tree), (f"{checkout.work_tree} still has the files of before the apply "
+                                             f"({exc.message}): run `git -C {checkout.work_tree} read-tree -m -u "
+                                             f"{old[:12]} {new[:12]}` once its changes are out of the way")
+    return str(checkout.work_tree), f"{checkout.work_tree} was brought up to date with it"
 
 
 # --- a checked-out target --------------------------------------------------------------------

@@ -254,3 +254,15 @@ def test_the_agent_dies_with_a_killed_ccm_guard(repo: Path, tmp_path: Path, sand
     ticks = (worktree / "tick.txt").stat().st_size
     time.sleep(0.5)
     assert (worktree / "tick.txt").stat().st_size == ticks, "the agent's writer outlived ccm-guard"
+
+
+def test_sigkill_after_the_apply_moved_the_checked_out_branch_repairs_the_checkout(repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1").code == 0
+    _killed_at("apply-after-cas", "task", "apply", "t1", cwd=repo)  # into main, checked out in repo
+    landed = git(repo, "rev-parse", "main")
+    assert git(repo, "show", f"{landed}:work.txt") == "work"
+    assert "D  work.txt" in git(repo, "status", "--porcelain")  # as the kill left it: a commit would revert
+    shown = _show(repo, "t1")
+    assert shown["status"] == "APPLIED" and "brought up to date" in shown["repaired"]
+    assert git(repo, "status", "--porcelain") == "" and (repo / "work.txt").read_text() == "work\n"
+    _second_run_succeeds(repo, tmp_path)
