@@ -161,8 +161,9 @@ def _plan_locks(common: Path, entries: list[AdminEntry], unmade: set[str]) -> tu
 
 def _plan_task(host: git.Repo, t: Task, entries: list[AdminEntry], held: dict[Path, str], refs: dict[str, str],
                opts: Options) -> Action | None:
-    if t.status == "COMMITTED" and t.option("applying"):
-        return Action("interrupted-apply", str(host.common_dir), t.id, "an apply of it was killed before it was "
+    if (t.status == "COMMITTED" and t.option("applying")) or (t.status == "APPLIED" and t.option("rolled_back")):
+        what = "apply" if t.option("applying") else "rollback"
+        return Action("interrupted-apply", str(host.common_dir), t.id, f"an {what} of it was killed before it was "
                       "recorded", True, ["finish the record as `task show` does (gc looks at it again next time)"],
                       task=t.id, status=t.status)
     wt = Path(t.worktree)

@@ -79,11 +79,13 @@ def _run_unlock(action: Action, registry: Registry) -> None:
 
 
 def _run_reconcile(action: Action, registry: Registry) -> None:
-    from ccm_guard.worktree import (
-        apply as applying,  # apply's machinery is heavy and only this action needs it
-    )
+    # apply's machinery is heavy and only this action needs it
+    from ccm_guard.worktree import apply as applying
+    from ccm_guard.worktree import rollback
 
-    action.done.append(applying.reconcile(registry, registry.get(action.subject)) or "nothing to finish")
+    found = applying.reconcile(registry, registry.get(action.subject))
+    found = found or rollback.reconcile(registry, registry.get(action.subject))
+    action.done.append(found or "nothing to finish")
 
 
 def _run_task(action: Action, registry: Registry) -> None:

@@ -223,6 +223,7 @@ def _record(registry: Registry, task: Task, host: git.Repo, target: Target, stra
     with registry.transaction():
         options = registry.get(task.id).option_dict()
         options.pop("applying", None)
+        options.pop("rolled_back", None)  # an earlier rollback's record would read as an interrupted one
         options["applied"] = {**applied.to_json(), "ref": target.ref, "at": time.time()}
         registry.update(task.id, options=json.dumps(options))
     registry.move(task.id, "APPLIED")
@@ -250,14 +251,14 @@ def reconcile(registry: Registry, task: Task) -> str | None:
         registry.set_option(task.id, "applying", None)
         return "an interrupted apply did not land; the target is unchanged"
     target = Target(pending["ref"], pending.get("url"))
-    checkout = None if target.url else _catch_up_checkout(host, target, pending["old"], pending["new"], tip)
+    checkout = None if target.url else catch_up_checkout(host, target, pending["old"], pending["new"], tip)
     _record(registry, task, host, target, pending.get("strategy", "merge"), pending["old"], pending["new"], 1,
             checkout[0] if checkout else None)
     found = f"an interrupted apply had landed on {target.name} as {pending['new'][:12]}; recorded it as APPLIED"
     return found + (f"; {checkout[1]}" if checkout else "")
 
 
-def _catch_up_checkout(host: git.Repo, target: Target, old: str, new: str, tip: str) -> tuple[str, str] | None:
+def catch_up_checkout(host: git.Repo, target: Target, old: str, new: str, tip: str) -> tuple[str, str] | None:
     """The checkout of the target, if the apply was killed before it was brought along:
     its branch says `new` while its index and files still say `old`, so the person's next
     commit would undo the task's work. Brought up to date as the apply would have

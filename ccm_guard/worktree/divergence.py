@@ -14,6 +14,7 @@ from ccm_guard.git import layout
 from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree import apply as applying
 from ccm_guard.worktree.apply import resolve_target
+from ccm_guard.worktree.rollback import reconcile as reconcile_rollback
 from ccm_guard.worktree.rollback import snapshots
 
 
@@ -49,7 +50,7 @@ def divergence(task: Task, into: str | None = None) -> Divergence | None:
 def describe(registry: Registry, task: Task) -> dict[str, Any]:
     """What `task show` adds to the row: divergence, snapshots, archive, crash repairs."""
     info: dict[str, Any] = {}
-    repaired = applying.reconcile(registry, task)
+    repaired = applying.reconcile(registry, task) or reconcile_rollback(registry, task)
     if repaired:
         info["repaired"] = repaired
     host = layout.host_repo(Path(task.repo))

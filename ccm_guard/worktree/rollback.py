@@ -75,10 +75,37 @@ def _snapshot_parts(host: git.Repo, commit: str) -> tuple[str, str]:
     return commit, commit
 
 
+def reconcile(registry: Registry, task: Task) -> str | None:
+    """A rollback of an applied task killed between moving the target and recording it:
+    finish the record (and bring the checkout along), or forget the attempt. None when
+    there was nothing to do."""
+    pending = task.option("rolled_back")
+    if not pending or task.status != "APPLIED" or pending.get("remote"):
+        return None
+    host = layout.host_repo(Path(task.repo))
+    old, new = pending["old"], pending["new"]
+    tip = git.resolve_commit(host, pending["ref"])
+    # A revert commit is on the target only if the rollback landed; a reset (new is an
+    # ancestor of old) landed if the target no longer holds what it was reset from.
+    landed = tip is not None and (tip == new or (git.is_ancestor(host, new, tip) and (
+        not git.is_ancestor(host, new, old) or not git.is_ancestor(host, old, tip))))
+    if not landed or tip is None:
+        registry.set_option(task.id, "rolled_back", None)
+        return "an interrupted rollback did not land; the apply stands"
+    target = applying.Target(pending["ref"], None)
+    checkout = applying.catch_up_checkout(host, target, old, new, tip)
+    registry.move(task.id, "ROLLED_BACK")
+    found = f"an interrupted rollback had landed on {target.name} as {new[:12]}; recorded it as ROLLED_BACK"
+    return found + (f"; {checkout[1]}" if checkout else "")
+
+
 def rollback(registry: Registry, task_id: str, to_snapshot: int | None = None, path: str | None = None) -> dict[str, Any]:
     task = registry.get(task_id)
     applying.reconcile(registry, task)
+    repaired = reconcile(registry, registry.get(task_id))
     task = registry.get(task_id)
+    if repaired and task.status == "ROLLED_BACK" and to_snapshot is None and path is None:
+        return {"task": task.id, "repaired": repaired}
     if task.status == "APPLIED":
         if to_snapshot is not None or path is not None:
             raise UsageError(f"task {task.id} is applied: roll back the apply first (no --file/--to-snapshot)")

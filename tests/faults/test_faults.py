@@ -266,3 +266,30 @@ def test_sigkill_after_the_apply_moved_the_checked_out_branch_repairs_the_checko
     assert shown["status"] == "APPLIED" and "brought up to date" in shown["repaired"]
     assert git(repo, "status", "--porcelain") == "" and (repo / "work.txt").read_text() == "work\n"
     _second_run_succeeds(repo, tmp_path)
+
+
+def test_sigkill_after_the_rollback_of_an_apply_moved_the_target_is_recorded_and_repaired(
+        repo: Path, tmp_path: Path) -> None:
+    before = git(repo, "rev-parse", "main")
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1", "--apply").code == 0
+    assert (repo / "work.txt").exists()
+    _killed_at("rollback-after-cas", "task", "rollback", "t1", cwd=repo)
+    assert git(repo, "rev-parse", "main") == before  # main is back, the checkout not yet
+    shown = _show(repo, "t1")
+    assert shown["status"] == "ROLLED_BACK" and "recorded it as ROLLED_BACK" in shown["repaired"]
+    assert "brought up to date" in shown["repaired"]
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "work.txt").exists()
+    _second_run_succeeds(repo, tmp_path)
+
+
+def test_a_rollback_killed_before_it_moved_the_target_changes_nothing_and_runs_again(
+        repo: Path, tmp_path: Path) -> None:
+    assert run_exec(repo, write_agent(tmp_path, COMMIT), "--task", "t1", "--apply").code == 0
+    applied = git(repo, "rev-parse", "main")
+    _killed_at("rollback-before-cas", "task", "rollback", "t1", cwd=repo)
+    assert git(repo, "rev-parse", "main") == applied
+    proc = _gc(repo)
+    assert proc.returncode == 0, proc.stderr
+    assert _show(repo, "t1")["status"] == "APPLIED"
+    assert ccm("task", "rollback", "t1", cwd=repo).returncode == 0
+    assert _show(repo, "t1")["status"] == "ROLLED_BACK" and not (repo / "work.txt").exists()
