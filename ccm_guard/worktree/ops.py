@@ -136,13 +136,15 @@ def restore(registry: Registry, task_id: str) -> dict[str, Any]:
     status = saved.get("status") or "ERRORED"
     status = "ERRORED" if status in ("PENDING", "CREATED", "ACTIVE") else status  # it was killed mid-run
     registry.check_move(task.id, status)
-    if git.ref_exists(host, f"refs/heads/{task.branch}"):
-        raise StateError(f"branch {task.branch} exists again: rename or delete it, then restore")
-    if os.path.lexists(task.worktree):
-        raise StateError(f"{task.worktree} exists: move it away, then restore")
-    Path(task.worktree).parent.mkdir(parents=True, exist_ok=True)
-    with admin_lock(Path(task.repo)):
-        git.worktree_add(host, Path(task.worktree), task.branch, head)
+    if not _half_restored(host, task, head):  # a restore killed half-way is simply finished
+        if git.ref_exists(host, f"refs/heads/{task.branch}"):
+            raise StateError(f"branch {task.branch} exists again: rename or delete it, then restore")
+        if os.path.lexists(task.worktree):
+            raise StateError(f"{task.worktree} exists: move it away, then restore")
+        Path(task.worktree).parent.mkdir(parents=True, exist_ok=True)
+        with admin_lock(Path(task.repo)):
+            git.worktree_add(host, Path(task.worktree), task.branch, head)
+        failpoints.point("restore-after-worktree-add")
     admin = layout.admin_dir_of(Path(task.worktree), Path(task.repo))
     repo = git.Repo(admin, Path(task.repo), Path(task.worktree))
     git.reset_work_tree(repo, head, work)
@@ -150,6 +152,17 @@ def restore(registry: Registry, task_id: str) -> dict[str, Any]:
     registry.move(task.id, status)
     return {"task": task.id, "worktree": task.worktree, "branch": task.branch, "head": head,
             "uncommitted_work": work != head}
+
+
+def _half_restored(host: git.Repo, task: Task, head: str) -> bool:
+    """The task's worktree is back on its branch at the archived head, registered with git:
+    what an earlier restore of it did before it was killed. Finishing that restore
+    rewrites the work tree from the archive, which is what it was about to hold."""
+    if not os.path.isdir(task.worktree) or git.resolve_commit(host, f"refs/heads/{task.branch}") != head:
+        return False
+    where = os.path.realpath(task.worktree)
+    return any(os.path.realpath(e.path) == where and e.branch == f"refs/heads/{task.branch}"
+               for e in git.worktree_list(host))
 
 
 # --- snapshots ---------------------------------------------------------------------------------

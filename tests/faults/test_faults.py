@@ -293,3 +293,16 @@ def test_a_rollback_killed_before_it_moved_the_target_changes_nothing_and_runs_a
     assert _show(repo, "t1")["status"] == "APPLIED"
     assert ccm("task", "rollback", "t1", cwd=repo).returncode == 0
     assert _show(repo, "t1")["status"] == "ROLLED_BACK" and not (repo / "work.txt").exists()
+
+
+def test_a_restore_killed_after_making_the_worktree_is_finished_by_restoring_again(repo: Path, tmp_path: Path) -> None:
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+    _killed_at("restore-after-worktree-add", "task", "restore", "t1", cwd=repo)
+    worktree = Path(result.verdict["worktree"])
+    assert worktree.is_dir() and _show(repo, "t1")["status"] == "DISCARDED"  # as the kill left it
+    proc = ccm("task", "restore", "t1", cwd=repo)  # the same command again finishes the job
+    assert proc.returncode == 0, proc.stderr
+    assert _show(repo, "t1")["status"] == "ERRORED"
+    assert (worktree / "wip.txt").read_text() == "wip\n" and (worktree / "work.txt").read_text() == "work\n"
+    assert git(worktree, "status", "--porcelain") == "?? wip.txt"
