@@ -102,9 +102,13 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
 @click.option("--read-only", is_flag=True, help="Judge as a read-only run (HEAD must not have moved).")
 @click.option("--require-commit/--no-require-commit", default=None,
               help="Override whether a new commit is required (default: as the task's run was judged).")
+@click.option("--accept", is_flag=True,
+              help="If the gates pass, record the task as COMMITTED at its current head (an ERRORED task finished "
+                   "by hand, or a branch that moved since its run), so that `task apply` takes it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @handled
-def audit(target: str | None, base: str | None, read_only: bool, require_commit: bool | None, as_json: bool) -> None:
+def audit(target: str | None, base: str | None, read_only: bool, require_commit: bool | None, accept: bool,
+          as_json: bool) -> None:
     """Run the gates again on a finished worktree.
 
     For a ccm-guard task (by id, or a path inside its worktree) the gates compare against
@@ -116,6 +120,6 @@ def audit(target: str | None, base: str | None, read_only: bool, require_commit:
     from ccm_guard.run.audit import audit_target
     from ccm_guard.state.registry import Registry
 
-    verdict = audit_target(target, base, Registry(), read_only, require_commit)
+    verdict = audit_target(target, base, Registry(), read_only, require_commit, accept)
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(0 if verdict.gates_passed else int(ExitCode.GATES_FAILED))

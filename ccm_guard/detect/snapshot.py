@@ -263,6 +263,27 @@ def _read_entry(path: Path, by_identity: bool = False) -> tuple[Entry, bytes | N
     return Entry("f", mode, hashlib.sha256(data).hexdigest()), data if len(data) <= CONTENT_LIMIT else None
 
 
+def with_file_as_now(snap: Snapshot, common: Path, rel: str) -> Snapshot:
+    """`snap` with one file of the common dir as it is now: for a baseline that a later
+    step of ccm-guard's own made stale (a restored task's worktree is made anew)."""
+    key = f"common/{rel}"
+    files, contents = dict(snap.files), dict(snap.contents)
+    files.pop(key, None)
+    contents.pop(key, None)
+    found = _read_entry(common / rel)
+    if found is not None:
+        files[key] = found[0]
+        if found[1] is not None and _is_config(rel):
+            contents[key] = found[1]
+    return dataclasses.replace(snap, files=files, contents=contents)
+
+
+def without(snap: Snapshot, prefix: str) -> Snapshot:
+    """`snap` without the files under `prefix` (a key prefix such as "host/<dir>")."""
+    return dataclasses.replace(snap, files={k: v for k, v in snap.files.items() if not k.startswith(prefix)},
+                               contents={k: v for k, v in snap.contents.items() if not k.startswith(prefix)})
+
+
 def identity(st: os.stat_result) -> str:
     # ctime cannot be set back by an unprivileged process: a rewrite always shows.
     return f"id:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"

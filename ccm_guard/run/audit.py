@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from ccm_guard import git
@@ -11,20 +12,21 @@ from ccm_guard.detect import gates
 from ccm_guard.detect.context import Context, Finding
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.policy_at import policy_at
-from ccm_guard.detect.snapshot import Snapshot
+from ccm_guard.detect.snapshot import Snapshot, with_file_as_now, without
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import RepoError, StateError
 from ccm_guard.git import config as configfile
 from ccm_guard.git import layout
+from ccm_guard.prevent.hooks import worktree_hooks_dir
 from ccm_guard.run.dispose import next_steps
 from ccm_guard.run.exec import file_digest
 from ccm_guard.run.judge import judge
 from ccm_guard.state.pins import Pins
-from ccm_guard.state.registry import Registry
+from ccm_guard.state.registry import Registry, Task
 
 
 def audit_task(task_id: str, registry: Registry, read_only: bool = False,
-               require_commit: bool | None = None) -> Verdict:
+               require_commit: bool | None = None, accept: bool = False) -> Verdict:
     """The same gates on a finished task, against the snapshot and the checks of its run."""
     task = registry.get(task_id)
     recorded = json.loads(task.options or "{}")
@@ -42,21 +44,59 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     pins = Pins(Path(task.worktree), Path(task.admin_dir), Path(task.repo), task.branch)
     if not pins.worktree.exists():
         raise StateError(f"task {task_id}'s worktree {task.worktree} is gone ({task.status}): nothing to audit")
-    verdict = judge(task, pins, Snapshot.from_json(data["snapshot"]), data.get("main_files"), registry, checks)
+    before = Snapshot.from_json(data["snapshot"])
+    if task.option("restored"):
+        before = _as_restored(before, pins)
+    verdict = judge(task, pins, before, data.get("main_files"), registry, checks)
     verdict.next_steps = next_steps(verdict, task)
+    if accept:
+        _accept(registry, task, verdict)
     return verdict
 
 
+def _as_restored(before: Snapshot, pins: Pins) -> Snapshot:
+    """The baseline of a restored task: its discard removed the guard hooks exec had
+    installed (their directory under the state home, core.hooksPath and the identity in
+    its config.worktree), and the restore made the worktree anew without them. What the
+    discard and the restore left is the baseline of those; all else is judged as ever."""
+    before = with_file_as_now(before, pins.common_dir, f"worktrees/{pins.admin_name}/config.worktree")
+    return without(before, f"host/{worktree_hooks_dir(pins.common_dir, pins.admin_dir)}")
+
+
+ACCEPTABLE = ("ERRORED", "COMMITTED")
+
+
+def _accept(registry: Registry, task: Task, verdict: Verdict) -> None:
+    """`audit --accept`: a task whose work the person finished by hand (or whose branch
+    moved since its run) is recorded as COMMITTED at the head this audit passed, so
+    that `task apply` takes it. A failing audit accepts nothing."""
+    if task.status not in ACCEPTABLE:
+        raise StateError(f"task {task.id} is {task.status}: only an ERRORED or COMMITTED task can be accepted")
+    if not verdict.gates_passed:
+        verdict.notes.append("not accepted: the gates failed; fix what they name, then audit --accept again")
+        return
+    registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+    registry.set_option(task.id, "accepted", {"by": "audit", "head": verdict.head, "at": time.time(),
+                                              "was": task.status})
+    if task.status != "COMMITTED":
+        registry.move(task.id, "COMMITTED")
+    verdict.notes.append(f"accepted: task {task.id} is recorded as COMMITTED at {str(verdict.head)[:12]}")
+    verdict.next_steps = [f"apply: ccm-guard task apply {task.id}"]
+
+
 def audit_target(target: str | None, base_ref: str | None, registry: Registry,
-                 read_only: bool = False, require_commit: bool | None = None) -> Verdict:
+                 read_only: bool = False, require_commit: bool | None = None, accept: bool = False) -> Verdict:
     """Audit a task by id, the task owning a path, or any worktree against a base."""
     if target and not os.path.exists(target) and registry.exists(target):
-        return audit_task(target, registry, read_only, require_commit)
+        return audit_task(target, registry, read_only, require_commit, accept)
     where = Path(target or ".").resolve()
     found = git.discover(where)
     for task in registry.list(repo=str(found.common_dir), live_only=False):
         if Path(task.worktree) == found.toplevel:
-            return audit_task(task.id, registry, read_only, require_commit)
+            return audit_task(task.id, registry, read_only, require_commit, accept)
+    if accept:
+        raise StateError(f"{found.toplevel} is no ccm-guard task: --accept records a task's audit; "
+                         "audit it without --accept")
     return audit_foreign(found, base_ref, read_only, require_commit is not False)
 
 

@@ -82,14 +82,15 @@ def _judged_head(host: git.Repo, task: Task) -> str:
                            f"{str(applied.get('new'))[:12]}; `ccm-guard task rollback {task.id}` undoes it")
     if task.status != "COMMITTED":
         raise StateError(f"task {task.id} is {task.status}: only a task that passed its gates (COMMITTED) "
-                         f"can be applied; `ccm-guard audit {task.id}` judges it again")
+                         f"can be applied; `ccm-guard audit --accept {task.id}` judges it again and, if it "
+                         "passes, records it as COMMITTED")
     head = git.resolve_commit(host, f"refs/heads/{task.branch}")
     if head is None:
         raise StateError(f"task {task.id}'s branch {task.branch} is gone: `ccm-guard task restore {task.id}`")
     judged = json.loads(task.verdict).get("head") if task.verdict else None
     if head != judged:
         raise ApplyRefused(f"branch {task.branch} moved since its gates passed ({str(judged)[:12]} -> {head[:12]}): "
-                           f"`ccm-guard audit {task.id}` judges it again")
+                           f"`ccm-guard audit --accept {task.id}` judges it again and records the new head")
     if head == task.base:
         raise ApplyRefused(f"task {task.id} has no commits to apply")
     return head

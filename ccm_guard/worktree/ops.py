@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,7 @@ def restore(registry: Registry, task_id: str) -> dict[str, Any]:
     repo = git.Repo(admin, Path(task.repo), Path(task.worktree))
     git.reset_work_tree(repo, head, work)
     registry.update(task.id, admin_dir=str(admin))
+    registry.set_option(task.id, "restored", {"at": time.time(), "head": head})  # audit's baseline knows
     registry.move(task.id, status)
     return {"task": task.id, "worktree": task.worktree, "branch": task.branch, "head": head,
             "uncommitted_work": work != head}

@@ -8,6 +8,8 @@ from typing import Any
 
 from conftest import ccm, git, run_exec, spawn_exec, write_agent
 
+from ccm_guard.errors import ExitCode
+
 COMMIT = "echo x > work.txt; git add work.txt; git commit -q -m work"
 
 
@@ -92,3 +94,39 @@ def test_a_task_whose_ccm_guard_was_killed_is_explained_and_auditable(repo: Path
         assert verdict["head"] == git(repo, "rev-parse", "ccm/killed")
     finally:
         os.kill(int(started.read_text()), signal.SIGKILL)  # the agent outlived its runner
+
+
+def test_an_errored_task_finished_by_hand_is_accepted_by_a_passing_audit(repo: Path, tmp_path: Path) -> None:
+    res = run_exec(repo, write_agent(tmp_path, "echo half > half.txt\nexit 1\n"), "--task", "t1")
+    assert res.code != 0
+    worktree = Path(res.verdict["worktree"])
+    git(worktree, "add", "half.txt")
+    git(worktree, "commit", "-q", "-m", "finished by hand")
+    refused = ccm("task", "apply", "t1", cwd=repo)
+    assert refused.returncode != 0 and "audit --accept t1" in refused.stderr
+    accepted = ccm("audit", "--accept", "t1", "--json", cwd=repo)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert any("recorded as COMMITTED" in n for n in json.loads(accepted.stdout)["notes"])
+    shown = json.loads(ccm("task", "show", "t1", "--json", cwd=repo).stdout)
+    assert shown["status"] == "COMMITTED" and shown["options"]["accepted"]["was"] == "ERRORED"
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
+    assert (repo / "half.txt").read_text() == "half\n"
+
+
+def test_a_failing_audit_accepts_nothing(repo: Path, tmp_path: Path) -> None:
+    res = run_exec(repo, write_agent(tmp_path, "echo junk > junk.txt\nexit 1\n"), "--task", "t1")
+    proc = ccm("audit", "--accept", "t1", "--json", cwd=repo)
+    assert proc.returncode == ExitCode.GATES_FAILED
+    assert any("not accepted" in n for n in json.loads(proc.stdout)["notes"])
+    assert json.loads(ccm("task", "show", "t1", "--json", cwd=repo).stdout)["status"] == res.verdict.get(
+        "status", "ERRORED")
+
+
+def test_a_restored_task_passes_its_audit(repo: Path, tmp_path: Path) -> None:
+    res = run_exec(repo, write_agent(tmp_path, 'echo w > w.txt; git add w.txt; git commit -q -m w\n'), "--task", "t1")
+    assert res.code == 0
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+    assert ccm("task", "restore", "t1", cwd=repo).returncode == 0
+    proc = ccm("audit", "t1", "--json", cwd=repo)
+    verdict = json.loads(proc.stdout)
+    assert proc.returncode == 0, [g for g in verdict["gates"] if g["status"] != "pass"]
