@@ -412,14 +412,12 @@ def test_any_change_to_a_pooled_tree_makes_it_not_pristine(repo: Path) -> None:
 
 
 def test_a_task_hiding_a_change_from_git_status_does_not_leak_it(repo: Path, tmp_path: Path) -> None:
-    """assume-unchanged hides a changed file from `git status`; the pool's own copy of the
-    index does not, so the change is undone before the worktree is pooled again."""
+    """assume-unchanged hides a changed file from `git status`, but not from clean-tree,
+    and a failed task's worktree never goes back to the pool: the next task sees none of it."""
     pool_cmd(repo, "fill", "-n", "1")
     hide = write_agent(tmp_path, COMMIT + "echo evil > README.md\ngit update-index --assume-unchanged README.md\n")
-    first = run_exec(repo, hide, "--task", "hider", "--cleanup")
-    assert first.code == 0, first.stderr  # git status shows nothing: the gates cannot see it either
-    (entry,) = settled(repo)
-    assert (Path(entry["path"]) / "README.md").read_text() == "# project\n"
+    first = run_exec(repo, hide, "--task", "hider", "--cleanup", "--on-fail", "discard")
+    assert first.code == 1 and "flagged assume-unchanged" in first.reasons("clean-tree"), first.stderr
     check = write_agent(tmp_path, "test \"$(cat README.md)\" = '# project'\n" + COMMIT, name="check.sh")
     assert run_exec(repo, check, "--task", "after").code == 0
 
