@@ -132,6 +132,23 @@ def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
     return sorted((procs[p] for p in found if procs[p].state != "Z"), key=lambda p: p.pid)
 
 
+def using(worktree: Path, marker: str | None) -> list[Proc]:
+    """Live processes of a finished task: the run's marked ones, and any with its cwd or
+    an open file in the worktree. ccm-guard itself and the processes it runs under (the
+    person's shell, `cd`-ed into the worktree) do not count."""
+    procs = _all()
+    mine = set()
+    pid = os.getpid()
+    while pid in procs and pid not in mine:
+        mine.add(pid)
+        pid = procs[pid].ppid
+    wanted = marker.encode() if marker else None
+    root = os.path.realpath(worktree)
+    return [proc for pid, proc in sorted(procs.items())
+            if pid not in mine and proc.state != "Z" and (
+                (wanted is not None and _has_marker(pid, wanted)) or _cwd_inside(pid, root) or _fd_inside(pid, root))]
+
+
 def stop(marker: str, worktree: Path, since: int, grace: float = 1.0) -> list[Proc]:
     """Stop everything the run left behind: TERM, a grace period, then freeze and KILL.
 

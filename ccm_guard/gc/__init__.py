@@ -22,7 +22,7 @@ import re
 import time
 from pathlib import Path
 
-from ccm_guard import git
+from ccm_guard import git, worktree
 from ccm_guard.errors import GuardError, UsageError
 from ccm_guard.gc.action import (
     GONE,
@@ -179,6 +179,7 @@ def _plan_task(host: git.Repo, t: Task, entries: list[AdminEntry], held: dict[Pa
         action.steps = ["mark ERRORED", f"keep the worktree {wt}: `ccm-guard audit {t.id}` judges it"]
         return action
     try:
+        worktree.not_in_use(t)
         action.steps = task_steps(host, t, entry_at(entries, wt), held, tip)
     except GuardError as exc:
         action.safe, action.reason = False, f"{reason}; left alone: {exc.message}"

@@ -128,6 +128,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
         "CCM_GUARD_QUESTION": str(pins.worktree / QUESTION_FILE),
         marker.split("=", 1)[0]: marker.split("=", 1)[1],
     })
+    registry.set_option(task.id, "marker", marker)  # discard refuses while such a process lives
     processes.become_subreaper()
     since = processes.now_ticks()
     with processes.watchdog(marker, pins.worktree, since):  # the agent does not outlive ccm-guard

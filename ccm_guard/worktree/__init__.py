@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 from ccm_guard import failpoints, git
-from ccm_guard.errors import GitError, RepoError, UsageError
+from ccm_guard.agent import processes
+from ccm_guard.agent.processes import Proc
+from ccm_guard.errors import GitError, RepoError, StateError, UsageError
 from ccm_guard.git import index as indexfile
 from ccm_guard.git.layout import admin_dir_of, admin_dirs_pointing_at, host_repo
 from ccm_guard.state import trash
@@ -140,6 +142,22 @@ def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
     git.sparse_set_cone(repo, cone)
     git.reset_hard(repo)
     return admin
+
+
+def in_use(task: Task) -> list[Proc]:
+    """Live processes of the task (see processes.using); none when its worktree is gone."""
+    if not os.path.isdir(task.worktree):
+        return []
+    return processes.using(Path(task.worktree), task.option("marker"))
+
+
+def not_in_use(task: Task) -> None:
+    """Refuse to remove or archive a worktree that a process is still writing into."""
+    alive = in_use(task)
+    if alive:
+        shown = "; ".join(p.describe() for p in alive[:5])
+        raise StateError(f"task {task.id}'s worktree is in use by {len(alive)} process(es) ({shown}): "
+                         f"stop them (kill {' '.join(str(p.pid) for p in alive[:5])}), then run the command again")
 
 
 def abandon(p: Plan, registry: Registry) -> None:

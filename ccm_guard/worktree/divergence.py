@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ccm_guard import git
+from ccm_guard import git, worktree
 from ccm_guard.errors import GuardError, UsageError
 from ccm_guard.git import layout
 from ccm_guard.state.registry import Registry, Task
@@ -61,4 +61,7 @@ def describe(registry: Registry, task: Task) -> dict[str, Any]:
     with contextlib.suppress(GuardError):
         info["snapshots"] = {str(n): sha for n, sha in sorted(snapshots(host, task.id).items())}
     info["worktree_present"] = Path(task.worktree).is_dir()
+    alive = worktree.in_use(task)
+    if alive:  # an agent that outlived its ccm-guard, or the person's shell or editor
+        info["processes"] = [p.describe() for p in alive]
     return info

@@ -48,6 +48,7 @@ def task_repo(task: Task) -> git.Repo:
 def _not_running(task: Task) -> None:
     if task.running:
         raise StateError(f"task {task.id} is still running (pid {task.pid}): stop its ccm-guard first")
+    worktree.not_in_use(task)
 
 
 def _work_head(task: Task, repo: git.Repo | None, host: git.Repo) -> str:

@@ -306,3 +306,22 @@ def test_a_restore_killed_after_making_the_worktree_is_finished_by_restoring_aga
     assert _show(repo, "t1")["status"] == "ERRORED"
     assert (worktree / "wip.txt").read_text() == "wip\n" and (worktree / "work.txt").read_text() == "work\n"
     assert git(worktree, "status", "--porcelain") == "?? wip.txt"
+
+
+def test_no_command_removes_a_worktree_a_process_still_uses(repo: Path, tmp_path: Path) -> None:
+    result = run_exec(repo, write_agent(tmp_path, COMMIT + "echo wip > wip.txt\n"), "--task", "t1")
+    worktree = Path(result.verdict["worktree"])
+    writer = subprocess.Popen(["sleep", "300"], cwd=worktree)  # an editor, or an agent that outlived its run
+    try:
+        assert f"{writer.pid}" in " ".join(_show(repo, "t1")["processes"])
+        proc = ccm("task", "discard", "t1", cwd=repo)
+        assert proc.returncode == 7 and f"kill {writer.pid}" in proc.stderr, proc.stderr
+        assert worktree.is_dir() and _show(repo, "t1")["status"] == "ERRORED"
+        gc = ccm("gc", "--yes", "--older-than", "0s", "--json", cwd=repo)
+        assert gc.returncode in (0, 1) and worktree.is_dir(), gc.stdout + gc.stderr
+        assert "in use by" in gc.stdout
+    finally:
+        writer.kill()
+        writer.wait()
+    assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
+    assert not worktree.exists()

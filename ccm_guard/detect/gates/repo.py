@@ -8,7 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ccm_guard import git
-from ccm_guard.detect.context import FAIL, WARN, Context, Finding, display, plain, planted_links
+from ccm_guard.detect.context import (
+    FAIL,
+    WARN,
+    Context,
+    Finding,
+    display,
+    plain,
+    planted_links,
+)
 from ccm_guard.detect.delta import FileChange, Owner, RefChange
 from ccm_guard.detect.snapshot import Entry
 from ccm_guard.errors import GitError
