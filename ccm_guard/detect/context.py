@@ -164,6 +164,22 @@ def untrusted_reason(ctx: Context) -> str | None:
     return None
 
 
+def plants(ctx: Context) -> list[str]:
+    """What the run left that would run code, or be written through, as soon as the person
+    runs git (relative to the common dir): the task's config.worktree if it gained keys
+    that run code, hooks the run added to the repository's hooks directory, and links
+    planted in the git metadata. Moved aside before the person is handed the worktree."""
+    found = []
+    own = f"common/worktrees/{ctx.pins.admin_name}/config.worktree"
+    if any(c.dangerous and not c.ccm_guard_setup for c in ctx.config_changes.get(own, [])):
+        found.append(display(own))
+    found += [display(c.key) for c in ctx.delta.files
+              if c.change == "added" and c.key.startswith("common/hooks/")
+              and ctx.after.files.get(c.key, _REGULAR).kind != "d"]
+    found += [p for p in planted_links(ctx) if p not in found]
+    return found
+
+
 def planted_links(ctx: Context) -> list[str]:
     """Links and special files (FIFOs, sockets) the run put into the git metadata. Git
     writes through links (a reflog, the index): ccm-guard's next commit or archive there

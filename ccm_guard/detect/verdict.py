@@ -80,6 +80,8 @@ class Verdict:
     applied: dict[str, Any] | None = None  # `exec --apply`: the apply summary
     apply_refused: str | None = None  # `exec --apply` passed the gates but the apply was refused
     notes: list[str] = dataclasses.field(default_factory=list)  # how this run differs (a copied directory, ...)
+    # Plants (context.plants) relative to the common dir; dispose moves them into the logs.
+    plants: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def gates_passed(self) -> bool:

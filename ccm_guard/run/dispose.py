@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
+from pathlib import Path
 
 from ccm_guard import git, worktree
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.detect.verdict import Verdict
 from ccm_guard.errors import GitError, GuardError
+from ccm_guard.files import read_regular
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
@@ -16,6 +20,7 @@ from ccm_guard.state.registry import Registry, Task
 
 def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
     """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
+    quarantine(verdict, pins.common_dir, Path(task.log_dir))
     if verdict.blocked:
         registry.move(task.id, "BLOCKED")
         verdict.disposition = "kept: the agent is blocked on a question"
@@ -44,6 +49,38 @@ def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: g
             registry.move(task.id, "CLEANED_UP" if passed else "DISCARDED")
     verdict.next_steps = next_steps(verdict, task)
     registry.update(task.id, verdict=json.dumps(verdict.to_json()))
+
+
+def quarantine(verdict: Verdict, common: Path, log_dir: Path) -> None:
+    """Move what the run planted (verdict.plants) into the task's logs, so that the
+    person's first `git status` in the kept worktree, or in their checkout, runs none of
+    it. Moved, never deleted: the person can see exactly what the agent left."""
+    aside = log_dir / "quarantine"
+    for rel in verdict.plants:
+        source, target = common / rel, aside / rel
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(source, target)  # a link moves as a link; nothing is followed
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                _move_across(source, target)
+        except OSError as exc:
+            verdict.errors.append(f"could not move {source} aside ({exc.strerror}): do not run git there "
+                                  "before removing it by hand")
+            continue
+        verdict.notes.append(f"moved {rel} (left by the agent) out of the git metadata into {target}")
+
+
+def _move_across(source: Path, target: Path) -> None:
+    """rename(2) across file systems: a link is recorded as its target's name, a file copied."""
+    if source.is_symlink():
+        target.with_name(target.name + ".link").write_text(os.readlink(source) + "\n")
+    else:
+        data = read_regular(source, 16 << 20)
+        target.write_bytes(data if data is not None else b"(not a regular file)\n")
+    source.unlink()
 
 
 def _apply_on_pass(verdict: Verdict, task: Task, registry: Registry) -> None:

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from ccm_guard import git, worktree
 from ccm_guard.detect import gates, signatures
-from ccm_guard.detect.context import Context, untrusted_reason
+from ccm_guard.detect.context import Context, plants, untrusted_reason
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
 from ccm_guard.detect.verdict import Checks, Recovered, Verdict
@@ -148,7 +148,7 @@ def judge(
     return Verdict(
         task=task.id, branch=task.branch, base=task.base, head=head, repo=task.main_worktree,
         worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
-        gates=results, disposition="kept", errors=errors, git_trusted=reason is None,
+        gates=results, disposition="kept", errors=errors, git_trusted=reason is None, plants=plants(ctx),
     )
 
 

@@ -111,3 +111,30 @@ git add -A; git commit -q -m 'add {path}'""")
     assert all_paths(res, "path-policy") == [path]
     assert "file(s) that tools run by themselves" in res.reasons("path-policy")
     assert res.code == 0
+
+
+def test_a_planted_fsmonitor_is_moved_aside_before_the_worktree_is_handed_over(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    plant = marker_script(tmp_path / "bin", marker, "fsmonitor")
+    agent = write_agent(tmp_path, f"""{COMMIT}
+rgit config --worktree core.fsmonitor {plant}""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "fsm")
+    assert res.code == 1 and "core.fsmonitor" in res.reasons("git-metadata")
+    moved = Path(res.verdict["log_dir"], "quarantine", "worktrees", "fsm", "config.worktree")
+    assert "fsmonitor" in moved.read_text()
+    assert any("config.worktree" in n and "quarantine" in n for n in res.verdict["notes"])
+    plain_git(Path(res.verdict["worktree"]), "status")  # the person inspects the kept worktree
+    assert not marker.exists()
+
+
+def test_a_hook_added_to_the_repository_is_moved_aside(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    agent = write_agent(tmp_path, f"""{COMMIT}
+hooks=$(git rev-parse --git-common-dir)/hooks
+mkdir -p "$hooks"; printf '#!/bin/sh\\necho hook >> {marker}\\n' > "$hooks/post-commit"; chmod +x "$hooks/post-commit\"""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "hook")
+    assert res.code == 1
+    assert not (repo / ".git/hooks/post-commit").exists()
+    assert Path(res.verdict["log_dir"], "quarantine", "hooks", "post-commit").is_file()
+    plain_git(repo, "commit", "-q", "--allow-empty", "-m", "the person's next commit")
+    assert not marker.exists()
