@@ -91,7 +91,7 @@ class Context:
         try:
             registry = Registry()
             try:
-                for task in registry.list(repo=str(self.pins.common_dir), live_only=False):
+                for task in registry.list(repo=str(self.pins.common_dir), since=self.before.taken_at):
                     if task.status in RUNNING or task.updated_at >= self.before.taken_at:
                         found.add(Path(task.admin_dir or task.worktree).name)
             finally:

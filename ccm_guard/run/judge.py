@@ -112,15 +112,13 @@ def judge(
     delta = compare(before, after, pins, main_git_dir)
     # Other tasks' worktrees, including ones still being created (git names the admin
     # dir after the worktree's directory until it has to pick another name).
-    others = {
-        Path(t.admin_dir or t.worktree).name: f"refs/heads/{t.branch}"
-        for t in registry.list(repo=task.repo, live_only=False)
-        if t.id != task.id
-    }
+    # Finished tasks untouched since this run began cannot have done anything during it.
+    neighbours = [t for t in registry.list(repo=task.repo, since=before.taken_at - 1) if t.id != task.id]
+    others = {Path(t.admin_dir or t.worktree).name: f"refs/heads/{t.branch}" for t in neighbours}
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
-                  ccm_moves=_recorded_moves(registry, task))
+                  ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]))
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
@@ -152,12 +150,13 @@ def judge(
     )
 
 
-def _recorded_moves(registry: Registry, task: Task) -> tuple[tuple[str, str, str], ...]:
-    """The local ref moves other tasks' applies and rollbacks made (and one in flight)."""
+def _recorded_moves(others: list[Task]) -> tuple[tuple[str, str, str], ...]:
+    """The local ref moves other tasks' applies and rollbacks made (and one in flight), of
+    the tasks whose rows changed during the run: a record from before it excuses nothing."""
     moves = []
-    for other in registry.list(repo=task.repo, live_only=False):
+    for other in others:
         for key in ("applying", "applied", "rolled_back"):
-            record = other.option(key) if other.id != task.id else None
+            record = other.option(key)
             if record and not record.get("remote") and not record.get("url") and record.get("ref"):
                 moves.append((record["ref"], record["old"], record["new"]))
     return tuple(moves)

@@ -179,15 +179,20 @@ class Registry:
     def exists(self, task_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
 
-    def list(self, *, repo: str | None = None, live_only: bool = True) -> list[Task]:
-        query, args = "SELECT * FROM tasks", []
+    def list(self, *, repo: str | None = None, live_only: bool = True, since: float | None = None) -> list[Task]:
+        """Tasks by creation; `live_only`: the LIVE ones; `since`: the LIVE ones and any
+        updated at or after that time (what a run must know of its neighbours, without
+        reading every task the repository ever had)."""
+        query, args = "SELECT * FROM tasks", list[object]()
         clauses = []
         if repo:
             clauses.append("repo = ?")
             args.append(repo)
-        if live_only:
-            clauses.append(f"status IN ({', '.join('?' * len(LIVE))})")
+        if live_only or since is not None:
+            live = f"status IN ({', '.join('?' * len(LIVE))})"
+            clauses.append(live if since is None else f"({live} OR updated_at >= ?)")
             args.extend(LIVE)
+            args.extend([] if since is None else [since])
         if clauses:
             query += " WHERE " + " AND ".join(clauses)
         rows = self.db.execute(query + " ORDER BY created_at", args).fetchall()

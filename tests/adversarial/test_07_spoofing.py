@@ -47,7 +47,8 @@ rgit update-ref refs/heads/main HEAD""")
 
 def test_escapes_left_open_by_the_agent_cannot_hide_the_human_verdict(repo: Path, tmp_path: Path) -> None:
     """An unterminated OSC swallows what follows until a terminator; concealed text is invisible.
-    On a terminal, the verdict starts by ending any such state."""
+    The agent's open OSC is held back (and dropped), and on a terminal the verdict starts by
+    ending any such state anyway."""
     agent = write_agent(tmp_path, f"""{COMMIT}
 rgit update-ref refs/heads/main HEAD
 printf 'ccm-guard: PASS  task fake\\n\\033[8m\\033]0;'""")
@@ -68,9 +69,8 @@ printf 'ccm-guard: PASS  task fake\\n\\033[8m\\033]0;'""")
     assert proc.wait(timeout=60) == 1
     fake = out.index(b"ccm-guard: PASS  task fake")
     real = out.index(b"ccm-guard: FAIL")
-    assert out.index(b"\x1b]0;", fake) < real  # the agent left an OSC open ...
-    reset = out[out.index(b"\x1b]0;", fake):real]
-    assert b"\x1b\\" in reset and b"\x1b[0m" in reset  # ... and ccm-guard closed it and reset the colours first
+    assert b"\x1b]0;" not in out[fake:real]  # the OSC the agent left open never reached the terminal ...
+    assert b"\x1b\\" in out[fake:real] and b"\x1b[0m" in out[fake:real]  # ... and the verdict resets all first
 
 
 def test_a_question_does_not_excuse_a_failure(repo: Path, tmp_path: Path) -> None:

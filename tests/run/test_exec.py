@@ -98,7 +98,8 @@ mkdir -p "$common/hooks"; printf '#!/bin/sh\\necho pwned\\n' > "$common/hooks/po
 rgit config core.fsmonitor "$common/hooks/post-merge"
 rgit config user.name Mallory""")
     res = run_exec(repo, agent, "--sandbox", "none")
-    assert (repo / ".git/hooks/post-merge").exists()
+    assert not (repo / ".git/hooks/post-merge").exists()  # moved aside, where the person can read it
+    assert Path(res.verdict["log_dir"], "quarantine", "hooks", "post-merge").is_file()
     assert res.code == 1
     reasons = res.reasons("git-metadata")
     assert "hooks/post-merge was added" in reasons
