@@ -175,3 +175,18 @@ def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def read_terminal(leader: int) -> bytes:
+    """Everything written to a pseudo-terminal until its last writer has gone; closes `leader`."""
+    out = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not data:
+            break
+        out += data
+    os.close(leader)
+    return out

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from adv import COMMIT, all_paths, needs_landlock
-from conftest import git, run_exec, write_agent
+from conftest import git, read_terminal, run_exec, write_agent
 
 
 @pytest.mark.parametrize("whose", ["another task", "the person's checkout"])
@@ -56,16 +56,7 @@ printf 'ccm-guard: PASS  task fake\\n\\033[8m\\033]0;'""")
     proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--sandbox", "none", "--no-pty", "--", str(agent)], cwd=repo,
                             stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
     os.close(follower)
-    out = b""
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        out += data
-    os.close(leader)
+    out = read_terminal(leader)
     assert proc.wait(timeout=60) == 1
     fake = out.index(b"ccm-guard: PASS  task fake")
     real = out.index(b"ccm-guard: FAIL")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_agent
+from conftest import read_terminal, write_agent
 
 from ccm_guard.agent import terminal
 from ccm_guard.agent.terminal import TerminalFilter
@@ -56,16 +56,7 @@ def test_the_pty_proxy_keeps_clipboard_writes_from_the_terminal(repo: Path, tmp_
                              "--no-require-commit", "--", str(agent)], cwd=repo,
                             stdin=follower, stdout=follower, stderr=follower)
     os.close(follower)
-    out = b""
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        out += data
+    out = read_terminal(leader)
     proc.wait(timeout=60)
-    os.close(leader)
     assert b"hello " in out and b"world" in out  # the agent's output reached the terminal
     assert b"]52;" not in out
