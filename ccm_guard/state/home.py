@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ccm_guard import git
-from ccm_guard.errors import RepoError
+from ccm_guard.errors import RepoError, UsageError
 
 
 def key_hash(path: Path, size: int = 10) -> str:
@@ -22,7 +22,18 @@ def key_hash(path: Path, size: int = 10) -> str:
 
 
 def home() -> Path:
-    return Path(os.environ.get("CCM_GUARD_HOME") or Path.home() / ".ccm")
+    """The state home: $CCM_GUARD_HOME, else ~/.ccm. Always absolute: a relative one would
+    put worktrees wherever a later command happens to run (inside the person's checkout)."""
+    chosen = os.environ.get("CCM_GUARD_HOME")
+    if chosen:
+        if not os.path.isabs(chosen):
+            raise UsageError(f"CCM_GUARD_HOME={chosen} is a relative path: set it to an absolute one "
+                             f"(e.g. CCM_GUARD_HOME=\"$PWD/{chosen}\")")
+        return Path(chosen)
+    try:
+        return Path.home() / ".ccm"
+    except RuntimeError:  # no HOME and no passwd entry
+        raise UsageError("HOME is not set, so ccm-guard has no state home: set HOME or CCM_GUARD_HOME") from None
 
 
 def require_space(dest: Path, files: int, total: int, what: str, share: float = 0.0) -> None:

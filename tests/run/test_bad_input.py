@@ -180,3 +180,11 @@ def test_a_policy_that_is_no_regular_file_is_refused_unread(repo: Path, tmp_path
     line = one_line_error(proc)
     assert f"policy file {policy}" in line and ("not a regular file" in line or "over the" in line)
     assert_nothing_left(repo)
+
+
+def test_a_relative_state_home_is_refused_before_anything_is_made(repo: Path) -> None:
+    proc = ccm("exec", "--no-require-commit", "--", "true", cwd=repo, env={"CCM_GUARD_HOME": "state-here"})
+    assert proc.returncode == ExitCode.USAGE
+    assert "CCM_GUARD_HOME=state-here is a relative path" in one_line_error(proc)
+    assert not (repo / "state-here").exists() and git(repo, "status", "--porcelain") == ""
+    assert_nothing_left(repo)
