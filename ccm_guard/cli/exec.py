@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ccm_guard.cli.options import CONTEXT, handled, run_options
-from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
+from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 
 
 @click.command("exec", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
@@ -82,6 +82,8 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     from ccm_guard.run.tasks import execute
     from ccm_guard.state.registry import Registry
 
+    if terminal and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("--pty needs a terminal on stdin and stdout: run it from a terminal, or drop --pty")
     opts = ExecOptions(
         command=list(command), start=repo.resolve(), task=task_id, base=base, timeout=timeout,
         grace=grace, role=role, policy=policy_file.resolve() if policy_file else None, read_only=read_only,

@@ -188,3 +188,10 @@ def test_a_relative_state_home_is_refused_before_anything_is_made(repo: Path) ->
     assert "CCM_GUARD_HOME=state-here is a relative path" in one_line_error(proc)
     assert not (repo / "state-here").exists() and git(repo, "status", "--porcelain") == ""
     assert_nothing_left(repo)
+
+
+def test_pty_without_a_terminal_is_refused_before_anything_is_made(repo: Path) -> None:
+    proc = ccm("exec", "--pty", "--no-require-commit", "--", "true", cwd=repo)  # stdin and stdout are pipes
+    assert proc.returncode == ExitCode.USAGE
+    assert "--pty needs a terminal" in one_line_error(proc)
+    assert_nothing_left(repo)
