@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import errno
 import os
 import stat
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from ccm_guard import git
 from ccm_guard.clone import Cloner, copy_entry
+from ccm_guard.files import read_regular
 
 INCLUDE_FILE = ".worktreeinclude"
 
@@ -93,19 +93,15 @@ def copy_included(main_worktree: Path, new_worktree: Path, link_dirs: bool = Fal
     return result
 
 
+INCLUDE_LIMIT = 1 << 20  # bytes of patterns read
+
+
 def _read_patterns(include: Path) -> str | None:
-    """The file's text, or None when there is none. A symlink is not followed: the
-    patterns come from the checkout itself."""
-    try:
-        fd = os.open(include, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return None  # a symlink named .worktreeinclude: not the checkout's own file
-        raise
-    with open(fd, "rb") as fh:
-        return fh.read().decode("utf-8", "surrogateescape")
+    """The file's text, or None when there is none. Only a regular file counts: a symlink
+    is not followed (the patterns come from the checkout itself), and a FIFO or a device
+    is not opened for reading (it would block exec, or never end)."""
+    data = read_regular(include, INCLUDE_LIMIT)
+    return None if data is None else data.decode("utf-8", "surrogateescape")
 
 
 def _selected(repo: git.Repo, patterns: str) -> list[str]:

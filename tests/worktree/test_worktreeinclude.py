@@ -13,7 +13,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from conftest import git, make_repo
+from conftest import git, make_repo, run_exec, write_agent
 
 from ccm_guard import clone
 from ccm_guard.worktree.include import copy_included
@@ -301,3 +301,10 @@ def test_exec_brings_the_included_ignored_files_and_still_passes(tmp_path: Path)
     result = run_exec(repo, agent)
     assert result.code == 0, result.stderr + str(result.verdict["gates"])
     assert any("brought 1 ignored file(s)" in note for note in result.verdict["notes"])
+
+
+def test_a_fifo_named_worktreeinclude_does_not_block_exec(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    os.mkfifo(repo / ".worktreeinclude")  # opening it for reading would wait for a writer for ever
+    res = run_exec(repo, write_agent(tmp_path, "true"), "--sandbox", "none", "--no-require-commit", timeout=30)
+    assert res.code == 0, res.verdict
