@@ -12,9 +12,15 @@ from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
 
 
+_OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
 def resolve_commit(repo: Repo, rev: str) -> str | None:
+    """The commit `rev` names, or None. One plain id only: rev-parse also "verifies" a
+    negation (`^HEAD` prints `^<id>`), which names no single commit."""
     res = run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], repo, check=False)
-    return res.out.strip() if res.returncode == 0 else None
+    out = res.out.strip()
+    return out if res.returncode == 0 and _OID.fullmatch(out) else None
 
 
 def symbolic_head(repo: Repo) -> str | None:

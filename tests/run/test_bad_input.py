@@ -195,3 +195,11 @@ def test_pty_without_a_terminal_is_refused_before_anything_is_made(repo: Path) -
     assert proc.returncode == ExitCode.USAGE
     assert "--pty needs a terminal" in one_line_error(proc)
     assert_nothing_left(repo)
+
+
+@pytest.mark.parametrize("base", ["^HEAD", "HEAD..HEAD", "HEAD^@"])
+def test_a_base_that_names_no_single_commit(repo: Path, base: str) -> None:
+    proc = ccm("exec", "--base", base, "--", "true", cwd=repo)
+    assert proc.returncode == ExitCode.REPO
+    assert f"--base {base!r} does not name a commit" in one_line_error(proc)
+    assert_nothing_left(repo)
