@@ -6,15 +6,43 @@ so nothing below imports this module back.
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 from ccm_guard import __version__
 from ccm_guard.cli import demo, exec, gc, pool, repo, task
 from ccm_guard.cli.options import CONTEXT
-from ccm_guard.errors import EXIT_CODE_TABLE
+from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
 
 
-@click.group(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+class _OneLineErrors(click.Group):
+    """click's own usage errors as ccm-guard's errors are: one line naming the problem and
+    where the fix is (click prints four: usage, a hint, a blank line, the error)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:  # a caller that handles click's exceptions itself (tests)
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `ccm-guard` alone: the help, as click shows it
+                exc.show()
+                sys.exit(int(ExitCode.USAGE))
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            click.echo(f"ccm-guard: error: {exc.format_message()}{where}", err=True)
+            sys.exit(int(ExitCode.USAGE))
+        except click.ClickException as exc:
+            click.echo(f"ccm-guard: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("ccm-guard: interrupted", err=True)
+            sys.exit(int(ExitCode.INTERRUPTED))
+
+
+@click.group(cls=_OneLineErrors, context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.version_option(__version__, prog_name="ccm-guard")
 def main() -> None:
     """Run AI coding agents on a real git repository without trusting them.

@@ -203,3 +203,12 @@ def test_a_base_that_names_no_single_commit(repo: Path, base: str) -> None:
     assert proc.returncode == ExitCode.REPO
     assert f"--base {base!r} does not name a commit" in one_line_error(proc)
     assert_nothing_left(repo)
+
+
+@pytest.mark.parametrize("args", [("exec", "--bogus", "--", "true"), ("exec",), ("no-such-command",),
+                                  ("task", "show"), ("exec", "--timeout", "soon", "--", "true")])
+def test_click_usage_errors_are_one_line(repo: Path, args: tuple[str, ...]) -> None:
+    proc = ccm(*args, cwd=repo)
+    assert proc.returncode == ExitCode.USAGE
+    assert "--help" in one_line_error(proc)
+    assert_nothing_left(repo)
