@@ -176,8 +176,13 @@ def plants(ctx: Context) -> list[str]:
     found += [display(c.key) for c in ctx.delta.files
               if c.change == "added" and c.key.startswith("common/hooks/")
               and ctx.after.files.get(c.key, _REGULAR).kind != "d"]
-    found += [p for p in planted_links(ctx) if p not in found]
+    # The repository's own config stays where it is, link or not: moving it would take the
+    # person's remotes and settings with it (git-metadata names it, and git is not run).
+    found += [p for p in planted_links(ctx) if p not in found and p not in _THE_PERSONS]
     return found
+
+
+_THE_PERSONS = ("config", "config.worktree")
 
 
 def planted_links(ctx: Context) -> list[str]:
@@ -186,6 +191,8 @@ def planted_links(ctx: Context) -> list[str]:
     would write into whatever file the agent chose."""
     return [display(change.key) for change in ctx.delta.files
             if change.change != "removed" and change.key.startswith("common/")
+            and not ctx.ignored_worktree(change.key)  # another task's: its own run judges it
+            and not change.key.endswith("/fsmonitor--daemon.ipc")  # git's own socket
             and ctx.after.files.get(change.key, _REGULAR).kind in ("l", "o")]
 
 

@@ -45,7 +45,8 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     if not pins.worktree.exists():
         raise StateError(f"task {task_id}'s worktree {task.worktree} is gone ({task.status}): nothing to audit")
     before = Snapshot.from_json(data["snapshot"])
-    if task.option("restored"):
+    restored = task.option("restored") or {}
+    if restored.get("at", 0) > before.taken_at:  # restored after this baseline was taken
         before = _as_restored(before, pins)
     verdict = judge(task, pins, before, data.get("main_files"), registry, checks)
     verdict.next_steps = next_steps(verdict, task)
@@ -72,6 +73,10 @@ def _accept(registry: Registry, task: Task, verdict: Verdict) -> None:
     that `task apply` takes it. A failing audit accepts nothing."""
     if task.status not in ACCEPTABLE:
         raise StateError(f"task {task.id} is {task.status}: only an ERRORED or COMMITTED task can be accepted")
+    ran = json.loads(task.verdict) if task.verdict else {}
+    if ran.get("plants") or ran.get("git_trusted") is False:
+        raise StateError(f"task {task.id}'s run planted code or tampered with git's metadata: it cannot be "
+                         f"accepted; inspect it by hand, then `ccm-guard task discard {task.id}`")
     if not verdict.gates_passed:
         verdict.notes.append("not accepted: the gates failed; fix what they name, then audit --accept again")
         return

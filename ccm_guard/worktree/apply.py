@@ -23,7 +23,7 @@ from ccm_guard import failpoints, git, worktree
 from ccm_guard.errors import ApplyRefused, GitError, StateError, UsageError
 from ccm_guard.git import layout
 from ccm_guard.state.home import admin_lock
-from ccm_guard.state.registry import Registry, Task
+from ccm_guard.state.registry import Registry, Task, pid_alive
 
 STRATEGIES = ("merge", "squash", "ff")
 MAX_ATTEMPTS = 25  # local compare-and-swap: each lost race means another apply landed
@@ -154,7 +154,7 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
         if old is None:
             raise UsageError(f"branch {target.name} does not exist: create it first")
         new = build(host, task, head, old, strategy)
-        intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy}
+        intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
         moved, checkout = move_target(host, Path(task.repo), target, old, new, f"ccm-guard: apply task {task.id}",
                                       lambda: registry.set_option(task.id, "applying", intent), "apply")
         if moved:
@@ -199,7 +199,7 @@ def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, tar
                 raise UsageError(f"{target.url} has no branch {branch}: create it there first")
             new = build(host, task, head, old, strategy)
             registry.set_option(task.id, "applying", {"ref": target.ref, "url": target.url, "old": old, "new": new,
-                                                      "strategy": strategy})
+                                                      "strategy": strategy, "pid": os.getpid()})
             push = git.push_ref(host, target.url, new, branch)
             if push is None:
                 return _record(registry, task, host, target, strategy, old, new, attempt, None)
@@ -231,13 +231,20 @@ def _record(registry: Registry, task: Task, host: git.Repo, target: Target, stra
     return applied
 
 
+def in_flight(pending: dict[str, Any]) -> bool:
+    """The apply or rollback that wrote `pending` is still at work (another live process):
+    it records its own outcome; judging it now would race it."""
+    pid = pending.get("pid")
+    return isinstance(pid, int) and pid != os.getpid() and pid_alive(pid)
+
+
 def reconcile(registry: Registry, task: Task) -> str | None:
     """An apply that was killed between moving the target and recording it: finish the record.
 
     Returns what was found, for `task show` and gc; None when there was nothing to do.
     """
     pending = task.option("applying")
-    if not pending or task.status != "COMMITTED":
+    if not pending or task.status != "COMMITTED" or in_flight(pending):
         return None
     host = layout.host_repo(Path(task.repo))
     if pending.get("url"):

@@ -76,6 +76,11 @@ def discard(registry: Registry, task_id: str) -> dict[str, Any]:
     present = pins.worktree.is_dir() and pins.admin_dir.is_dir()
     repo = task_repo(task) if present else None
     head = _work_head(task, repo, host)
+    earlier = task.option("archive") or {}
+    if repo is None and earlier.get("head") and not git.ref_exists(host, f"refs/heads/{task.branch}"):
+        # A discard killed after removing worktree and branch: the head it recorded is the
+        # work's, not the base this lookup falls back to (restore makes the branch there).
+        head = earlier["head"]
     if repo is not None:
         archive = worktree.archive(repo, host, task.id, task.base, head)
     elif head != task.base or git.ref_exists(host, ARCHIVE_PREFIX + task.id):

@@ -4,6 +4,7 @@ nothing landed since, else a revert commit)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
     finish the record (and bring the checkout along), or forget the attempt. None when
     there was nothing to do."""
     pending = task.option("rolled_back")
-    if not pending or task.status != "APPLIED" or pending.get("remote"):
+    if not pending or task.status != "APPLIED" or pending.get("remote") or applying.in_flight(pending):
         return None
     host = layout.host_repo(Path(task.repo))
     old, new = pending["old"], pending["new"]
@@ -175,7 +176,7 @@ def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applyi
         if not git.is_ancestor(host, new, tip):
             raise StateError(f"{target.name} no longer contains the apply ({new[:12]}): it was already undone")
         result = old if tip == new else _revert_commit(host, task, tip, old, new)
-        move = {"ref": target.ref, "old": tip, "new": result}
+        move = {"ref": target.ref, "old": tip, "new": result, "pid": os.getpid()}
         moved, _ = applying.move_target(host, Path(task.repo), target, tip, result,
                                         f"ccm-guard: roll back task {task.id}",
                                         lambda: registry.set_option(task.id, "rolled_back", move), "rollback")

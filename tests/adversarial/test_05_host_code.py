@@ -49,8 +49,10 @@ def test_hook_planted_in_the_shared_hooks_dir_as_a_symlink(repo: Path, tmp_path:
     res = run_exec(repo, agent, "--sandbox", "none")
     assert res.code == 1 and "hooks/post-checkout was added" in res.reasons("git-metadata")
     assert not marker.exists()
+    # Moved into the task's logs: the person's next checkout runs nothing of the agent's.
+    assert Path(res.verdict["log_dir"], "quarantine", "hooks", "post-checkout").is_symlink()
     plain_git(repo, "checkout", "-q", "-b", "later")
-    assert marker.exists()
+    assert not marker.exists()
 
 
 def test_gitmodules_with_a_command_update_is_forbidden(repo: Path, tmp_path: Path) -> None:

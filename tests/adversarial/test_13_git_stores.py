@@ -109,9 +109,12 @@ packed=$(git rev-parse --git-common-dir)/packed-refs
 
 
 def test_ccm_guard_s_git_has_no_home_to_plant_an_ignore_file_in(repo: Path, tmp_path: Path) -> None:
-    # An unsandboxed agent looks for ccm-guard's own git HOME (a temp dir, once) to hide
-    # a leftover from clean-tree with an ignore file there: there is none, and a run
-    # leaves no temporary directory behind at all.
+    # An unsandboxed agent looks for ccm-guard's own git HOME (once a temp dir per process,
+    # left behind in ccm-guard's TMPDIR) to hide a leftover from clean-tree with an ignore
+    # file there. ccm-guard's git now has HOME=/dev/null, under which nothing can be made,
+    # and no run leaves a temporary directory in its TMPDIR (the agent's own TMPDIR is a
+    # private one, so the search below finds nothing either way; the last assertion is
+    # the one that failed before).
     temp = tmp_path / "tmp"
     temp.mkdir()
     agent = write_agent(tmp_path, f"""{COMMIT}
@@ -136,3 +139,20 @@ git update-index {flag} src/app.py""")
     assert res.code == 1
     assert "src/app.py" in all_paths(res, "clean-tree")
     assert "flagged assume-unchanged or skip-worktree" in res.reasons("clean-tree")
+
+
+@pytest.mark.parametrize("what", ["fifo", "bomb"])
+def test_a_loose_object_that_would_hang_or_exhaust_the_check_is_a_forgery(repo: Path, tmp_path: Path,
+                                                                         what: str) -> None:
+    # A FIFO where an object file belongs (opening it would wait for ever), or a small file
+    # that inflates to a gigabyte.
+    make = ('mkfifo "$target"' if what == "fifo" else
+            'python3 -c "import sys, zlib; c = zlib.compressobj(9); sys.stdout.buffer.write('
+            'c.compress(b\'blob 10\\\\0\' + bytes(1 << 30)) + c.flush())" > "$target"')
+    agent = write_agent(tmp_path, f"""{COMMIT}
+objects=$(git rev-parse --git-common-dir)/objects
+mkdir -p "$objects/ab"; target="$objects/ab/{'c' * 38}"
+{make}""")
+    res = run_exec(repo, agent, "--sandbox", "none", timeout=120)
+    assert res.code == 1
+    assert f"ab/{'c' * 38}" in all_paths(res, "git-metadata")

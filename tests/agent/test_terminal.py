@@ -60,3 +60,18 @@ def test_the_pty_proxy_keeps_clipboard_writes_from_the_terminal(repo: Path, tmp_
     proc.wait(timeout=60)
     assert b"hello " in out and b"world" in out  # the agent's output reached the terminal
     assert b"]52;" not in out
+
+
+@pytest.mark.parametrize("data", [
+    b"\x1b]0;title\x1b]52;c;ZWNobyBwd25lZA==\x07after",  # an OSC 52 inside an OSC the ESC aborts
+    b"\x1b]052;c;ZWNobyBwd25lZA==\x07after",  # the number as terminals read it
+    b"\x1b]5522;type=write\x07after",  # kitty's clipboard
+    b"\x1b]0;aborted\x18after",  # CAN aborts an OSC
+])
+def test_sequences_terminals_would_act_on_are_dropped_however_spelled(data: bytes) -> None:
+    out, f = shown(data)
+    assert out == b"after" and f.dropped >= 1
+
+
+def test_an_osc_aborted_by_another_sequence_leaves_that_sequence() -> None:
+    assert shown(b"\x1b]0;t\x1b[31mred")[0] == b"\x1b[31mred"

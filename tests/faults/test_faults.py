@@ -216,7 +216,10 @@ def test_a_discard_killed_after_removing_the_worktree_then_repeated_keeps_the_un
     assert git(repo, "rev-parse", "refs/ccm-guard/archive/t1") == archived  # not replaced by the bare branch
     assert git(repo, "show", "refs/ccm-guard/archive/t1:wip.txt") == "wip"
     assert ccm("task", "restore", "t1", cwd=repo).returncode == 0
-    assert (Path(result.verdict["worktree"]) / "wip.txt").read_text() == "wip\n"
+    worktree = Path(result.verdict["worktree"])
+    assert (worktree / "wip.txt").read_text() == "wip\n"
+    # The agent's commit comes back as a commit on the branch, not as untracked files.
+    assert git(repo, "show", "ccm/t1:work.txt") == "work" and git(worktree, "status", "--porcelain") == "?? wip.txt"
 
 
 def test_a_restored_task_discarded_again_keeps_both_archives(repo: Path, tmp_path: Path) -> None:
