@@ -60,6 +60,9 @@ class Context:
     # Ref moves other ccm-guard processes made and recorded in the registry (applies and
     # rollbacks, as (ref, old, new)): the registry is out of the agent's reach.
     ccm_moves: tuple[tuple[str, str, str], ...] = ()
+    # Commits ccm-guard itself made on the task's branch (a recovery commit): they carry
+    # its trailers and identity by right.
+    ccm_commits: tuple[str, ...] = ()
 
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:

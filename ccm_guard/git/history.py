@@ -123,6 +123,23 @@ def commits(repo: Repo, base: str, head: str) -> list[tuple[str, str]]:
     return _range_once(repo, "commits", base, head, compute)
 
 
+def commit_claims(repo: Repo, base: str, head: str) -> list[tuple[str, str, str, list[str]]]:
+    """(sha, author email, committer email, trailer lines) of each commit in base..head:
+    what a commit says about who made it and why."""
+    def compute() -> list[Any]:
+        records = run(["log", "--no-decorate", "-z", "--format=%H %ae %ce%n%(trailers:only=true,unfold=true)",
+                       f"{base}..{head}", "--"], repo).z()
+        found = []
+        for record in records:
+            first, _, trailers = record.partition("\n")
+            sha, _, emails = first.partition(" ")
+            author, _, committer = emails.partition(" ")
+            found.append((sha, author, committer, [t for t in trailers.splitlines() if t]))
+        return found
+
+    return _range_once(repo, "claims", base, head, compute)
+
+
 @dataclasses.dataclass(frozen=True)
 class FileStat:
     path: str

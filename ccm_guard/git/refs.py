@@ -11,7 +11,6 @@ from typing import Mapping
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
 
-
 _OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 

@@ -29,6 +29,7 @@ from ccm_guard.run.judge import (
     judge,
     main_files,
     read_git_errors,
+    record_commit,
     recover_blocked_commit,
     snapshot,
 )
@@ -141,6 +142,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     git_errors = read_git_errors(armed.git_log)
     recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
     if recovered is not None:
+        record_commit(registry, task, recovered.commit)  # its trailers are ccm-guard's by right
         verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
         verdict.recovery = recovered
     verdict.agent = agent

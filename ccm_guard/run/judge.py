@@ -118,7 +118,8 @@ def judge(
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
-                  ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]))
+                  ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
+                  ccm_commits=recorded_commits(registry.get(task.id)))
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:
@@ -148,6 +149,17 @@ def judge(
         worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
         gates=results, disposition="kept", errors=errors, git_trusted=reason is None, plants=plants(ctx),
     )
+
+
+def recorded_commits(task: Task) -> tuple[str, ...]:
+    """Commits ccm-guard made on the task's branch in any run of it (recovery commits,
+    recorded in the registry, which the agent cannot reach under the sandbox)."""
+    found = task.option("ccm_commits")
+    return tuple(c for c in found if isinstance(c, str)) if isinstance(found, list) else ()
+
+
+def record_commit(registry: Registry, task: Task, commit: str) -> None:
+    registry.set_option(task.id, "ccm_commits", [*recorded_commits(registry.get(task.id)), commit])
 
 
 def _recorded_moves(others: list[Task]) -> tuple[tuple[str, str, str], ...]:

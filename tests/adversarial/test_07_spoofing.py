@@ -107,3 +107,14 @@ exit 128""")
     assert res.code == 1
     assert "planted in the git metadata" in res.reasons("git-metadata")
     assert f"worktrees/linked/{link}" in all_paths(res, "git-metadata")
+
+
+@pytest.mark.parametrize("claim", ["trailer", "identity"])
+def test_a_commit_that_claims_to_be_ccm_guards_fails_the_run(repo: Path, tmp_path: Path, claim: str) -> None:
+    # A reviewer trusts a "recovery" commit or one by ccm-guard itself more than the agent's.
+    commit = ('git commit -q -m "Fix" -m "Recovery-Reason: sandbox blocked commit"' if claim == "trailer" else
+              'GIT_AUTHOR_NAME=ccm-guard GIT_AUTHOR_EMAIL=ccm-guard@localhost git commit -q -m "Fix"')
+    agent = write_agent(tmp_path, f"echo fix > fix.txt; git add fix.txt; {commit}")
+    res = run_exec(repo, agent, "--sandbox", "none")
+    assert res.code == 1
+    assert "claims to be ccm-guard's" in res.reasons("new-commit")

@@ -71,7 +71,27 @@ def new_commit(ctx: Context) -> list[Finding]:
         return [Finding("new-commit", f"no new commit on {ctx.pins.branch}: the agent must commit its work")]
     if not git_or_skip(lambda: git.is_ancestor(ctx.repo, ctx.base, head)):
         return [Finding("new-commit", f"{ctx.pins.branch} was rewritten: the base {ctx.base[:12]} is no longer in its history")]
-    return []
+    return _forged_claims(ctx, head)
+
+
+# What only ccm-guard writes into a commit: its trailers (a recovery's reason, an apply's
+# task, base and head, a rollback's revert) and its identity.
+CCM_TRAILERS = ("recovery-reason:", "ccm-guard-")
+CCM_EMAIL = "ccm-guard@localhost"
+
+
+def _forged_claims(ctx: Context, head: str) -> list[Finding]:
+    """Commits of the agent's that claim to be ccm-guard's: a reviewer would trust them."""
+    forged = []
+    for sha, author, committer, trailers in git_or_skip(lambda: git.commit_claims(ctx.repo, ctx.base, head)):
+        if sha in ctx.ccm_commits:
+            continue
+        ours = [t.split(":", 1)[0] for t in trailers if t.lower().startswith(CCM_TRAILERS)]
+        if ours or CCM_EMAIL in (author, committer):
+            what = ", ".join(dict.fromkeys(ours)) or f"the identity {CCM_EMAIL}"
+            forged.append(Finding("new-commit", f"commit {sha[:12]} claims to be ccm-guard's ({what}), "
+                                  "which only ccm-guard writes", (sha,)))
+    return forged
 
 
 def head_frozen(ctx: Context) -> list[Finding]:
