@@ -63,6 +63,10 @@ class Context:
     # Commits ccm-guard itself made on the task's branch (a recovery commit): they carry
     # its trailers and identity by right.
     ccm_commits: tuple[str, ...] = ()
+    # Whether the agent could write the registry (no sandbox): then ccm_moves and
+    # ccm_commits are claims the agent could have made, and excuses based on them are
+    # reported as unverified.
+    registry_reachable: bool = False
 
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:

@@ -48,7 +48,9 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     restored = task.option("restored") or {}
     if restored.get("at", 0) > before.taken_at:  # restored after this baseline was taken
         before = _as_restored(before, pins)
-    verdict = judge(task, pins, before, data.get("main_files"), registry, checks)
+    ran = json.loads(task.verdict) if task.verdict else {}
+    verdict = judge(task, pins, before, data.get("main_files"), registry, checks,
+                    sandboxed=not str(ran.get("sandbox", "none")).startswith("none"))
     verdict.next_steps = next_steps(verdict, task)
     if accept:
         _accept(registry, task, verdict)

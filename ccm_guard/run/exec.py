@@ -138,12 +138,13 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
     failpoints.point("before-gates")
 
-    verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
+    sandboxed = not armed.sandbox.startswith("none")
+    verdict = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed)
     git_errors = read_git_errors(armed.git_log)
     recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
     if recovered is not None:
         record_commit(registry, task, recovered.commit)  # its trailers are ccm-guard's by right
-        verdict = judge(task, pins, before, main_before, registry, checks, leftovers)
+        verdict = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed)
         verdict.recovery = recovered
     verdict.agent = agent
     verdict.sandbox, verdict.profile, verdict.identity = armed.sandbox, armed.profile, armed.identity

@@ -104,9 +104,10 @@ def main_files(main: git.Repo) -> dict[str, str]:
 
 def judge(
     task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
-    registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (),
+    registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (), sandboxed: bool = True,
 ) -> Verdict:
-    """Snapshot again (files only, no git), compare, decide trust, run the gates."""
+    """Snapshot again (files only, no git), compare, decide trust, run the gates.
+    `sandboxed`: the agent could not write the registry (its records excuse for certain)."""
     after = snapshot(pins)
     main_git_dir = Path(task.main_git_dir)
     delta = compare(before, after, pins, main_git_dir)
@@ -119,7 +120,7 @@ def judge(
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
                   ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
-                  ccm_commits=recorded_commits(registry.get(task.id)))
+                  ccm_commits=recorded_commits(registry.get(task.id)), registry_reachable=not sandboxed)
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:

@@ -96,8 +96,10 @@ def test_concurrent_applies_to_a_remote_retry_until_each_lands(tmp_path: Path) -
         assert git(origin, "show", f"main:out-t{i}.txt") == f"t{i}"
 
 
+@pytest.mark.parametrize("sandbox", ["none", "auto"])
 @pytest.mark.parametrize("into", ["main", "release"])
-def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path: Path, into: str) -> None:
+def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path: Path, into: str,
+                                                                        sandbox: str) -> None:
     repo = make_repo(tmp_path / "repo")
     git(repo, "branch", "release")
     first = write_agent(tmp_path, 'echo one > one.txt\nrgit add one.txt\nrgit commit -q -m one\n', name="one.sh")
@@ -105,7 +107,7 @@ def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path:
     gate = tmp_path / "applied"
     slow = write_agent(tmp_path, f'while [ ! -e {gate} ]; do sleep 0.1; done\n'
                        'echo two > two.txt\nrgit add two.txt\nrgit commit -q -m two\n', name="slow.sh")
-    running = spawn_exec(repo, "--sandbox", "none", "--json", "--task", "second", "--timeout", "60", "--", str(slow))
+    running = spawn_exec(repo, "--sandbox", sandbox, "--json", "--task", "second", "--timeout", "60", "--", str(slow))
     for _ in range(100):  # wait until the second agent is running
         if json.loads(ccm("task", "list", "--json", cwd=repo).stdout)[-1]["status"] == "ACTIVE":
             break
@@ -116,4 +118,8 @@ def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path:
     code, out, err = running.wait(timeout=120), *running.communicate()
     verdict = json.loads(out)
     refs = next(g for g in verdict["gates"] if g["name"] == "refs-untouched")
-    assert code == 0 and refs["status"] == "pass", json.dumps(verdict["gates"], indent=1) + err
+    assert code == 0, json.dumps(verdict["gates"], indent=1) + err
+    if verdict["sandbox"].startswith("none"):  # the agent could have written the record: said, not failed
+        assert refs["status"] != "fail" and "unverified" in refs["findings"][0]["reason"]
+    else:
+        assert refs["status"] == "pass", json.dumps(refs, indent=1)

@@ -33,8 +33,12 @@ def refs_untouched(ctx: Context) -> list[Finding]:
             continue  # another task's branch made, moved or removed by its own run; its gates judge it
         if rc.ref == own and plain(rc.after):
             continue
-        if _moved_by_ccm_guard(ctx, rc):
-            continue  # another task's apply or rollback, recorded in the registry
+        if _moved_by_ccm_guard(ctx, rc):  # another task's apply or rollback, recorded in the registry
+            if ctx.registry_reachable:
+                findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} by a recorded ccm-guard apply or "
+                                        "rollback: unverified, the agent ran without the sandbox and could have "
+                                        "written that record", (rc.ref,), WARN))
+            continue
         if rc.after is not None and not plain(rc.after):
             findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
         elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
