@@ -52,6 +52,9 @@ class Role:
     limits: Limits = Limits()
     output: str | None = None  # where a read-only role writes its verdict (outside the worktree)
     snapshot_every: int = 10  # exec keeps a snapshot ref at every Nth commit of a run (0: none)
+    # A change to files CI or git hooks run by themselves (.github/workflows/, .husky/,
+    # .pre-commit-config.yaml, ...): "fail" (default) or "warn" (a role whose work is CI).
+    ci_files: str = "fail"
     sources: tuple[tuple[str, str], ...] = ()  # (key, where its value came from)
 
     def source_of(self, key: str) -> str:
@@ -68,7 +71,7 @@ DEFAULT_ROLE = "implementor"
 
 _ROLE_KEYS: dict[str, type] = {
     "extends": str, "allow": list, "forbid": list, "must_commit": bool, "read_only": bool,
-    "git_allow": list, "limits": dict, "output": str, "snapshot_every": int,
+    "git_allow": list, "limits": dict, "output": str, "snapshot_every": int, "ci_files": str,
 }
 _KIND = {str: "a string", list: "a list", bool: "true or false", dict: "a table", int: "a whole number"}
 _LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
@@ -180,6 +183,8 @@ def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
                 if not isinstance(pattern, str) or not pattern.strip():
                     _bad(source, where, key, f"patterns must be non-empty strings, not {pattern!r}")
                 _check_pattern(source, where, key, pattern)
+        if key == "ci_files" and value not in ("fail", "warn"):
+            _bad(source, where, key, 'must be "fail" or "warn"')
         if key == "snapshot_every" and (isinstance(value, bool) or value < 0):
             _bad(source, where, key, "must be a whole number, 0 or more (0: no automatic snapshots)")
         if key == "git_allow":
@@ -240,6 +245,7 @@ def _make_role(name: str, raw: dict[str, dict[str, Any]], origin: dict[str, dict
         limits=Limits(**spec.get("limits", {})),
         output=spec.get("output"),
         snapshot_every=int(spec.get("snapshot_every", 10)),
+        ci_files=str(spec.get("ci_files", "fail")),
         sources=tuple(sorted(origin.get(name, {}).items())),
     )
 
@@ -308,6 +314,7 @@ def describe(role: Role) -> dict[str, object]:
         "allow": list(role.allow) if role.allow is not None else "(everything not forbidden)",
         "forbid": list(role.forbid), "must_commit": role.must_commit, "read_only": role.read_only,
         "git_allow": list(role.git_allow), "output": role.output, "snapshot_every": role.snapshot_every,
+        "ci_files": role.ci_files,
     }
     for f in dataclasses.fields(Limits):
         values[f"limits.{f.name}"] = getattr(role.limits, f.name)

@@ -123,7 +123,7 @@ def path_policy(ctx: Context) -> list[Finding]:
     rules = Rules(ctx.role.allow, ctx.role.forbid)
     return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
             for v in check(changes, rules, target, final_paths)] + _policy_table_edits(ctx, changes) \
-        + host_code(changes)
+        + host_code(changes, ctx.role.ci_files)
 
 
 def _policy_table_edits(ctx: Context, changes: list[PathChange]) -> list[Finding]:
@@ -167,24 +167,40 @@ def limits(ctx: Context) -> list[Finding]:
 # Project files that tools run by themselves, or that the person is likely to run, once
 # the work is merged: CI, hook managers, direnv, editors' tasks, test and build runners.
 # A role may allow them (an implementor may fix CI); the reviewer is told all the same.
+# Files that run by themselves, by where a tool looks for them. CI and git-hook managers
+# run them on other machines or on the person's next commit: a change fails unless the
+# role says `ci_files = "warn"`. The rest (build and test runners, editors, direnv, and
+# the next agent's instructions and settings) are warned, whatever the role allows.
+_CI_BY_NAME = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml",
+                         "Jenkinsfile", ".gitlab-ci.yml", ".travis.yml", "azure-pipelines.yml"})
+_CI_BY_DIR = (".github/workflows/", ".github/actions/", ".circleci/", ".husky/", ".githooks/", ".buildkite/")
 _RUN_BY_NAME = frozenset({
-    ".envrc", ".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml",
-    "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
+    ".envrc", "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
     "pytest.ini", "Makefile", "makefile", "GNUmakefile", "build.rs", "package.json", ".npmrc",
-    ".yarnrc", ".yarnrc.yml", "Rakefile", "Jenkinsfile", ".gitlab-ci.yml", ".travis.yml",
-    "azure-pipelines.yml", "justfile", "Taskfile.yml",
+    ".yarnrc", ".yarnrc.yml", "Rakefile", "justfile", "Taskfile.yml",
+    ".mcp.json", "AGENTS.md", "CLAUDE.md", "GEMINI.md", ".cursorrules",  # what the next agent obeys
 })
-_RUN_BY_DIR = (".github/workflows/", ".circleci/", ".husky/", ".githooks/", ".vscode/", ".idea/", ".cargo/",
-               ".devcontainer/", ".ci/", ".buildkite/")
+_RUN_BY_DIR = (".vscode/", ".idea/", ".cargo/", ".devcontainer/", ".ci/", ".claude/", ".codex/", ".gemini/",
+               ".cursor/")
 
 
-def host_code(changes: list[PathChange]) -> list[Finding]:
-    """Part of path-policy: executable project content (warned, whatever the role allows), and
-    git repositories smuggled in as plain files (failed: git run inside one obeys its config)."""
+def _named(paths: list[str], names: frozenset[str], dirs: tuple[str, ...]) -> list[str]:
+    return [p for p in paths if p.rsplit("/", 1)[-1] in names or any(p.startswith(d) or f"/{d}" in p for d in dirs)]
+
+
+def host_code(changes: list[PathChange], ci_files: str = "fail") -> list[Finding]:
+    """Part of path-policy: executable project content (CI and hook files failed unless the
+    role's `ci_files` is "warn", the rest warned, whatever the role allows), and git
+    repositories smuggled in as plain files (failed: git run inside one obeys its config)."""
     paths = sorted({c.path for c in changes if c.status != "D"})
-    runs = [p for p in paths if p.rsplit("/", 1)[-1] in _RUN_BY_NAME or p.endswith(".pth")
-            or any(p.startswith(d) or f"/{d}" in p for d in _RUN_BY_DIR)]
+    ci = _named(paths, _CI_BY_NAME, _CI_BY_DIR)
+    runs = [p for p in _named(paths, _RUN_BY_NAME, _RUN_BY_DIR) + [p for p in paths if p.endswith(".pth")]
+            if p not in ci]
     findings = []
+    if ci:
+        findings.append(Finding("path-policy", f"{len(ci)} file(s) that CI or git hooks run by themselves changed"
+                                + ("" if ci_files == "warn" else " (a role may allow it: ci_files = \"warn\")"),
+                                tuple(ci), WARN if ci_files == "warn" else FAIL))
     repos = _embedded_repositories(paths)
     if repos:
         findings.append(Finding("path-policy", f"{len(repos)} git repositor{'y' if len(repos) == 1 else 'ies'} "
