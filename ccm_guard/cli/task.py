@@ -50,23 +50,49 @@ def task() -> None:
 
 @task.command("list", context_settings=CONTEXT)
 @click.option("--all", "show_all", is_flag=True, help="Include tasks that were applied, discarded or cleaned up.")
+@click.option("--all-repos", is_flag=True,
+              help="Tasks of every repository (default: the repository you are in, if any).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON.")
 @handled
-def task_list(show_all: bool, as_json: bool) -> None:
-    """List tasks (live ones unless --all)."""
-    from ccm_guard.state.registry import Registry
+def task_list(show_all: bool, all_repos: bool, as_json: bool) -> None:
+    """List the tasks of the repository you are in (live ones unless --all).
 
-    tasks = Registry().list(live_only=not show_all)
+    Outside any repository, or with --all-repos, every repository's tasks are listed,
+    with a REPO column. AGE is the time since the task last changed state.
+    """
+    import time
+
+    from ccm_guard.state.registry import Registry
+    from ccm_guard.text import human_age
+
+    repo = None if all_repos else _current_repository()
+    tasks = Registry().list(repo=repo, live_only=not show_all)
     if as_json:
         click.echo(json.dumps([t.to_json() for t in tasks], indent=2))
         return
     if not tasks:
-        click.echo("no tasks" + ("" if show_all else " (--all shows finished ones)"))
+        where = f" in {Path(repo).parent}" if repo else ""
+        click.echo(f"no tasks{where}" + ("" if show_all else " (--all shows finished ones)")
+                   + (" (--all-repos shows other repositories')" if repo else ""))
         return
-    click.echo(f"{'TASK':28} {'STATUS':11} {'BASE':12} {'BRANCH':36} WORKTREE")
+    now = time.time()
+    click.echo(f"{'TASK':28} {'STATUS':11} {'AGE':>4}  {'STRATEGY':16} {'BRANCH':36} WORKTREE"
+               + ("" if repo else "  REPO"))
     for t in tasks:
         status = t.status + ("?" if t.abandoned else "")
-        click.echo(f"{t.id:28} {status:11} {t.base[:12]:12} {t.branch:36} {t.worktree}")
+        click.echo(f"{t.id:28} {status:11} {human_age(now - t.updated_at):>4}  {t.strategy:16} {t.branch:36} "
+                   f"{t.worktree}" + ("" if repo else f"  {t.main_worktree}"))
+
+
+def _current_repository() -> str | None:
+    """The common dir of the repository the command runs in, as the registry records it."""
+    from ccm_guard import git
+    from ccm_guard.errors import RepoError
+
+    try:
+        return str(git.discover(Path.cwd()).common_dir)
+    except RepoError:  # not in a repository (or in a bare one): every repository's tasks
+        return None
 
 
 @_task_command("show")

@@ -57,6 +57,7 @@ from ccm_guard.state.registry import (
     Task,
     pid_alive,
 )
+from ccm_guard.text import human_age
 
 __all__ = ["Action", "Options", "options", "parse_age", "human_age", "plan", "execute", "lock_reason", "lock_owner"]
 
@@ -87,13 +88,6 @@ def parse_age(text: str) -> float:
     if not found or (not found.group(2) and float(found.group(1)) != 0):
         raise UsageError(f"--older-than {text!r} is not an age: give a number and a unit (s, m, h, d, w), e.g. 7d")
     return float(found.group(1)) * _UNITS.get(found.group(2) or "s", 1)
-
-
-def human_age(seconds: float) -> str:
-    for unit in ("d", "h", "m"):
-        if seconds >= _UNITS[unit]:
-            return f"{seconds / _UNITS[unit]:.0f}{unit}"
-    return f"{seconds:.0f}s"
 
 
 def plan(registry: Registry, opts: Options) -> list[Action]:

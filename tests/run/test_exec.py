@@ -251,6 +251,21 @@ def test_task_list_and_show(repo: Path, tmp_path: Path) -> None:
     assert missing.returncode == 7 and "ccm-guard task list --all" in missing.stderr
 
 
+def test_task_list_shows_the_repository_you_are_in(repo: Path, tmp_path: Path) -> None:
+    other = make_repo(tmp_path / "other")
+    agent = write_agent(tmp_path, COMMIT.replace("$1", "x"))
+    run_exec(repo, agent, "--task", "here")
+    run_exec(other, agent, "--task", "there")
+    here = ccm("task", "list", cwd=repo).stdout
+    assert "here" in here and "there" not in here and "AGE" in here and "worktree" in here
+    assert [r["id"] for r in json.loads(ccm("task", "list", "--json", cwd=repo).stdout)] == ["here"]
+    everywhere = ccm("task", "list", "--all-repos", cwd=repo).stdout
+    assert "here" in everywhere and "there" in everywhere and "REPO" in everywhere and str(other) in everywhere
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert {r["id"] for r in json.loads(ccm("task", "list", "--json", cwd=outside).stdout)} == {"here", "there"}
+
+
 def test_exec_from_a_linked_worktree_of_the_person(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     mine = tmp_path / "mine"
