@@ -95,14 +95,21 @@ class Verdict:
 
     @property
     def exit_code(self) -> ExitCode:
+        """The most telling code when several apply (README, "Exit codes"): a failure of a
+        gate that guards something other than the work's completeness (a security finding)
+        always wins; then Ctrl-C, a question, the timeout, which explain an unfinished
+        work tree better than the gates that judge it; then those gates."""
+        unfinished_only = all(g.status in ("pass", "warn") or g.name in UNFINISHED_WORK_GATES for g in self.gates)
+        if self.errors or not unfinished_only:
+            return ExitCode.GATES_FAILED
         if self.agent is not None and self.agent.interrupted:
             return ExitCode.INTERRUPTED
         if self.blocked:
             return ExitCode.BLOCKED
-        if not self.gates_passed:
-            return ExitCode.GATES_FAILED
         if self.agent is not None and self.agent.timed_out:
             return ExitCode.AGENT_TIMEOUT
+        if not self.gates_passed:
+            return ExitCode.GATES_FAILED
         if self.agent is not None and not self.agent.ok and self.recovery is None:
             return ExitCode.AGENT_FAILED  # (a recovered run failed only because its commit was blocked)
         if self.apply_refused:

@@ -212,3 +212,20 @@ def test_click_usage_errors_are_one_line(repo: Path, args: tuple[str, ...]) -> N
     assert proc.returncode == ExitCode.USAGE
     assert "--help" in one_line_error(proc)
     assert_nothing_left(repo)
+
+
+def test_a_timeout_wins_over_the_unfinished_work_it_explains_but_not_over_a_security_finding(
+        repo: Path, tmp_path: Path) -> None:
+    slow = tmp_path / "slow.sh"
+    slow.write_text("#!/bin/sh\necho half > half.txt\nsleep 30\n")
+    slow.chmod(0o755)
+    proc = ccm("exec", "--sandbox", "none", "--timeout", "1", "--json", "--", str(slow), cwd=repo)
+    verdict = json.loads(proc.stdout)
+    assert proc.returncode == ExitCode.AGENT_TIMEOUT, verdict["gates"]
+    assert {g["name"] for g in verdict["gates"] if g["status"] == "fail"} == {"new-commit", "clean-tree"}
+    moving = tmp_path / "moving.sh"
+    moving.write_text('#!/bin/sh\n"${CCM_GUARD_REAL_GIT:-git}" -c core.hooksPath=/dev/null tag sneaky\nsleep 30\n')
+    moving.chmod(0o755)
+    proc = ccm("exec", "--sandbox", "none", "--timeout", "1", "--json", "--", str(moving), cwd=repo)
+    assert proc.returncode == ExitCode.GATES_FAILED
+    assert json.loads(proc.stdout)["exit_code"] == 1
