@@ -48,6 +48,8 @@ def _exit_code_table(width: int = 88) -> str:
                 line = " " * 7
             line += word + " "
         lines.append(line.rstrip())
+    lines += ["When several apply: a security finding is 1; then 130, 9 and 4 win over the",
+              "new-commit and clean-tree failures they explain; then 1; then 3."]
     return "\n".join(lines)
 
 
