@@ -132,6 +132,25 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] != b"Z"
 
 
+REGISTRY_WAIT = 30.0  # seconds a command waits for another ccm-guard process's hold on the registry
+
+
+def _wait_for(lock: Any, name: Path) -> None:
+    """flock with a bound: a process that holds the open lock and hangs must not block
+    every command for ever (a dead holder's lock is released by the kernel)."""
+    deadline = time.monotonic() + REGISTRY_WAIT
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StateError(f"another ccm-guard process has held {name} for over {REGISTRY_WAIT:.0f} s: "
+                                 "wait for it to finish (`ps -ef | grep ccm-guard`), or stop it, then run "
+                                 "this again") from None
+            time.sleep(0.05)
+
+
 class Registry:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or home() / "registry.db"
@@ -140,8 +159,8 @@ class Registry:
             # Switching to WAL and creating the schema do not wait for a busy database the
             # way queries do: ten processes opening a new registry at once fail without this.
             with open(self.path.parent / "registry.open.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                _wait_for(lock, self.path.parent / "registry.open.lock")
+                self.db = sqlite3.connect(self.path, timeout=REGISTRY_WAIT, isolation_level=None)
                 self.db.execute("PRAGMA busy_timeout = 30000")
                 self.db.execute("PRAGMA journal_mode = WAL")
                 # With WAL, NORMAL cannot corrupt the file; it only skips an fsync per transaction.
@@ -255,6 +274,9 @@ def _write(db: sqlite3.Connection, sql: str, params: Any = ()) -> None:
     try:
         db.execute(sql, params)
     except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StateError(f"the task registry stayed locked by another ccm-guard process for "
+                             f"{REGISTRY_WAIT:.0f} s: wait for it to finish, or stop it, then run this again") from exc
         raise StateError(f"the task registry could not be written ({exc}): free disk space under "
                          f"{home()} or check the file") from exc
 

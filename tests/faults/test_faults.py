@@ -328,3 +328,28 @@ def test_no_command_removes_a_worktree_a_process_still_uses(repo: Path, tmp_path
         writer.wait()
     assert ccm("task", "discard", "t1", cwd=repo).returncode == 0
     assert not worktree.exists()
+
+
+def test_a_hung_holder_of_the_registry_is_waited_for_only_so_long(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from ccm_guard.errors import StateError
+    from ccm_guard.state import registry
+    from ccm_guard.state.registry import Registry
+
+    Registry(tmp_path / "registry.db").close()  # made; now another process hangs holding its open lock
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time\n"
+        f"f = open({str(tmp_path / 'registry.open.lock')!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+        "print('held', flush=True); time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(registry, "REGISTRY_WAIT", 0.5)
+        started = time.monotonic()
+        with pytest.raises(StateError, match="has held .*registry.open.lock for over"):
+            Registry(tmp_path / "registry.db")
+        assert time.monotonic() - started < 10
+    finally:
+        holder.kill()
+        holder.wait()
+
+    Registry(tmp_path / "registry.db").close()  # once it is gone, the registry opens again
