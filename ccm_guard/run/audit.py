@@ -52,6 +52,8 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     verdict = judge(task, pins, before, data.get("main_files"), registry, checks,
                     sandboxed=not str(ran.get("sandbox", "none")).startswith("none"))
     verdict.next_steps = next_steps(verdict, task)
+    if task.status == "ERRORED" and verdict.gates_passed and not accept:
+        verdict.next_steps = [f"accept: ccm-guard audit --accept {task.id}   (records it COMMITTED for task apply)"]
     if accept:
         _accept(registry, task, verdict)
     return verdict

@@ -119,16 +119,14 @@ def _archive_and_remove(verdict: Verdict, task: Task, pins: Pins, host: git.Repo
 
 
 def next_steps(v: Verdict, task: Task) -> list[str]:
-    main = task.main_worktree
+    """What the person can do next, each a command that works as printed (after the label)
+    from anywhere: ccm-guard finds the task by its id."""
     if v.disposition.startswith("removed"):
-        if v.archive:
-            return [f"restore the work: git -C {main} branch {task.branch} {v.archive}"]
-        return []
-    steps = []
+        return [f"restore: ccm-guard task restore {task.id}"] if v.archive else []
+    if v.applied:
+        return [f"review: git -C {task.main_worktree} log -p {v.applied['old'][:12]}..{v.applied['new'][:12]}",
+                f"undo:   ccm-guard task rollback {task.id}"]
     if v.exit_code == 0 and v.head and v.head != task.base:
-        steps.append(f"review: git -C {main} log -p {task.base[:12]}..{task.branch}")
-        steps.append(f"merge:  git -C {main} merge {task.branch}")
-    else:
-        steps.append(f"inspect: cd {v.worktree}   (logs in {v.log_dir})")
-    steps.append(f"check again: ccm-guard audit {task.id}")
-    return steps
+        return [f"review: ccm-guard task diff {task.id}", f"apply:  ccm-guard task apply {task.id}"]
+    return [f"inspect: cd {v.worktree}   (logs in {v.log_dir})", f"check again: ccm-guard audit {task.id}",
+            f"discard: ccm-guard task discard {task.id}   (archived first; task restore brings it back)"]

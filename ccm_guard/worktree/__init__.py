@@ -66,7 +66,8 @@ def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
     if not git.check_branch_name(branch):
         raise UsageError(f"task id {task!r} does not make a valid branch name: choose another --task")
     if git.ref_exists(host, f"refs/heads/{branch}"):
-        raise RepoError(f"branch {branch} already exists: choose another --task, or delete the branch")
+        raise RepoError(f"branch {branch} already exists, though no task of that id is registered: choose another "
+                        f"--task (the branch may hold work: `git log {branch}` shows it)")
     key = repo_key(main)
     worktree = home() / "worktrees" / key / task
     if os.path.lexists(worktree):

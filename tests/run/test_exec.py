@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import ccm, git, make_repo, run_exec, spawn_exec, state_of, write_agent
 
 COMMIT = 'echo "$1" > "${2:-work.txt}"; git add -A; git commit -q -m "agent work"'
@@ -291,3 +295,26 @@ rm -f push.err ref.err""")
     assert ("shim", "remote") in ops and ("hook", "ref-write") in ops
     assert len(res.verdict["refusals"]) == 2
     assert res.code == 0  # nothing got through, so the run itself is clean
+
+
+def _printed_commands(verdict: dict[str, Any]) -> list[str]:
+    """The next steps a verdict prints that are commands (after their label)."""
+    return [step.split(":", 1)[1].split("   (")[0].strip() for step in verdict["next_steps"]
+            if not step.startswith("inspect:")]
+
+
+@pytest.mark.parametrize("case", ["passed", "failed", "applied", "removed"])
+def test_every_printed_next_step_runs(repo: Path, tmp_path: Path, case: str) -> None:
+    body = COMMIT.replace("$1", "x") + ("echo junk > junk.txt\n" if case in ("failed", "removed") else "")
+    options = {"applied": ["--apply"], "removed": ["--on-fail", "discard"]}.get(case, [])
+    res = run_exec(repo, write_agent(tmp_path, body), "--task", "t1", *options)
+    commands = _printed_commands(res.verdict)
+    assert commands, res.verdict["next_steps"]
+    elsewhere = tmp_path / "elsewhere"  # printed commands work from anywhere
+    elsewhere.mkdir()
+    for command in commands:
+        proc = subprocess.run(command, shell=True, cwd=elsewhere, capture_output=True, text=True,
+                              env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+        # audit of a failing task reports the failure (1); anything else must just work
+        assert proc.returncode in ((0, 1) if "audit" in command else (0,)), (command, proc.stderr)
+        assert "error:" not in proc.stderr, (command, proc.stderr)
