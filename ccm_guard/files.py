@@ -3,22 +3,34 @@ FIFO, never more than a limit (a link to /dev/zero, a device node, a huge file).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
+
+
+def open_regular(path: Path, *, follow_links: bool = False) -> BinaryIO:
+    """A regular file opened for reading without waiting on a FIFO; a link is not
+    followed unless `follow_links` (a file the person named). Anything else is an OSError:
+    ELOOP for a link, EINVAL for what is not a regular file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    fh = os.fdopen(os.open(path, flags), "rb")
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+        fh.close()
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fh
 
 
 def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
     """Up to `limit` bytes of a regular file (its last ones with `tail`); None when it is
     missing, a link, or not a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fh = open_regular(path)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if tail and info.st_size > limit:
-            fh.seek(info.st_size - limit)
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if tail and size > limit:
+            fh.seek(size - limit)
         return fh.read(limit)

@@ -79,6 +79,11 @@ def _has_marker(pid: int, marker: bytes) -> bool:
         return False
 
 
+def _in(pid: int, root: str) -> bool:
+    """The process works in `root` (its cwd) or holds a file there open."""
+    return _cwd_inside(pid, root) or _fd_inside(pid, root)
+
+
 def _cwd_inside(pid: int, root: str) -> bool:
     try:
         cwd = os.readlink(f"/proc/{pid}/cwd")
@@ -126,7 +131,7 @@ def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
         if pid == me or pid in found:
             continue
         if _has_marker(pid, wanted) or (
-            procs[pid].started >= since and (_cwd_inside(pid, root) or _fd_inside(pid, root))
+            procs[pid].started >= since and _in(pid, root)
         ):
             found.add(pid)
     return sorted((procs[p] for p in found if procs[p].state != "Z"), key=lambda p: p.pid)
@@ -146,7 +151,7 @@ def using(worktree: Path, marker: str | None) -> list[Proc]:
     root = os.path.realpath(worktree)
     return [proc for pid, proc in sorted(procs.items())
             if pid not in mine and proc.state != "Z" and (
-                (wanted is not None and _has_marker(pid, wanted)) or _cwd_inside(pid, root) or _fd_inside(pid, root))]
+                (wanted is not None and _has_marker(pid, wanted)) or _in(pid, root))]
 
 
 def stop(marker: str, worktree: Path, since: int, grace: float = 1.0) -> list[Proc]:

@@ -17,6 +17,10 @@ from ccm_guard.cli.options import CONTEXT
 from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
 
 
+# click >= 8.2 raises this for a group run without arguments (older ones print the help).
+_NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class _OneLineErrors(click.Group):
     """click's own usage errors as ccm-guard's errors are: one line naming the problem and
     where the fix is (click prints four: usage, a hint, a blank line, the error)."""
@@ -28,7 +32,7 @@ class _OneLineErrors(click.Group):
         try:
             return super().main(args, prog_name, complete_var, False, **extra)
         except click.UsageError as exc:
-            if type(exc).__name__ == "NoArgsIsHelpError":  # `ccm-guard` alone: the help, as click shows it
+            if isinstance(exc, _NO_ARGS):  # `ccm-guard` alone: the help, as click shows it
                 exc.show()
                 sys.exit(int(ExitCode.USAGE))
             where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""

@@ -11,13 +11,13 @@ a checksum of everything before it).
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import os
-import stat
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
+
+from ccm_guard.files import open_regular
 
 Identity = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
@@ -163,23 +163,12 @@ def _trailer_ok(data: bytes) -> bool:
     return False
 
 
-def _open(path: Path) -> BinaryIO:
-    """A regular file, opened without following a link or waiting on a FIFO (the agent
-    can plant one where ccm-guard reads); anything else is an OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    fh = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        fh.close()
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return fh
-
-
 def _read(path: Path) -> bytes:
-    with _open(path) as fh:
+    with open_regular(path) as fh:  # the agent can plant a link or a FIFO where objects are
         return fh.read()
 
 
 def _chunks(path: Path) -> Iterator[bytes]:
-    with _open(path) as fh:
+    with open_regular(path) as fh:
         while chunk := fh.read(_CHUNK):
             yield chunk

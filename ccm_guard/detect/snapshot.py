@@ -190,7 +190,7 @@ def _includes(path: Path, data: bytes) -> list[Path]:
 
 def _hooks_dirs(config: Path, data: bytes, common: Path) -> list[Path]:
     """The directories `core.hooksPath` names in one config file, as absolute paths."""
-    if b"hookspath" not in data.lower():
+    if not git.may_set(data, "core.hooksPath"):
         return []  # the common case costs no git call
     from ccm_guard.git.config import entries
 
@@ -314,11 +314,11 @@ def _packed_refs(data: bytes) -> dict[str, str]:
     for number, line in enumerate(lines, start=1):
         if line.startswith(b"# pack-refs with:") and number == 1:
             continue
-        if line.startswith(b"^") and last is not None and _is_oid(line[1:]):
+        if line.startswith(b"^") and last is not None and git.is_oid(line[1:]):
             continue  # the peeled value of the record above
         sha, space, raw_name = line.partition(b" ")
         name = raw_name.decode("utf-8", "surrogateescape")
-        if not space or not _is_oid(sha) or not raw_name.startswith(b"refs/"):
+        if not space or not git.is_oid(sha) or not raw_name.startswith(b"refs/"):
             problems.append(f"line {number} is not a ref record")
             continue
         if name in refs:
@@ -330,10 +330,6 @@ def _packed_refs(data: bytes) -> dict[str, str]:
     if problems:
         refs["packed-refs"] = "malformed: " + "; ".join(problems[:3])
     return refs
-
-
-def _is_oid(text: bytes) -> bool:
-    return len(text) in (40, 64) and all(c in b"0123456789abcdef" for c in text)
 
 
 def read_refs(common: Path) -> dict[str, str]:

@@ -50,6 +50,7 @@ from ccm_guard.git.config import (
     config_entries,
     config_file_set,
     global_config_files,
+    may_set,
     remote_url,
 )
 from ccm_guard.git.core import (
@@ -61,6 +62,7 @@ from ccm_guard.git.core import (
     describe_failure,
     discover,
     environment,
+    is_oid,
     run,
 )
 from ccm_guard.git.history import (
@@ -127,7 +129,7 @@ from ccm_guard.git.refs import (
 
 # The query API, as callers use it: `from ccm_guard import git; git.resolve_commit(...)`.
 __all__ = [
-    "binary", "describe_failure", "discover", "Discovered", "environment", "HARDENING", "Repo", "Result",
+    "binary", "describe_failure", "discover", "Discovered", "environment", "HARDENING", "is_oid", "Repo", "Result",
     "run",
     "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "ref_trees",
     "refs_under", "RefTree", "resolve_commit", "symbolic_head", "try_update_ref", "update_ref",
@@ -141,5 +143,5 @@ __all__ = [
     "IgnoreRule", "refresh_with_index", "reset_hard", "reset_work_tree", "restore_path", "sparse_set_cone",
     "status", "status_with_index", "StatusEntry", "untracked_matching", "worktree_add", "worktree_add_bare",
     "worktree_list", "worktree_prune", "worktree_remove", "worktree_unlock", "WorktreeEntry",
-    "config_entries", "config_file_set", "global_config_files", "remote_url",
+    "config_entries", "config_file_set", "global_config_files", "may_set", "remote_url",
 ]

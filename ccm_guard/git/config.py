@@ -35,6 +35,13 @@ def config_entries(path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
+def may_set(data: bytes, key: str) -> bool:
+    """Whether config bytes can set `key` at all: a variable's name is spelled out, without
+    escapes or line continuations, in any file that sets it (includes aside), so a file
+    that does not spell it (most files, for most keys) needs no git process to say so."""
+    return key.rsplit(".", 1)[-1].lower().encode() in data.lower()
+
+
 def config_file_set(path: Path, key: str, value: str | None) -> None:
     """Set `key` in the config file `path`, or (None) remove every value of it."""
     if value is None:

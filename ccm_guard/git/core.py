@@ -180,6 +180,12 @@ def _with_person_config(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def is_oid(text: str | bytes) -> bool:
+    """A full object id as git prints it: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits."""
+    digits = text.encode() if isinstance(text, str) else text
+    return len(digits) in (40, 64) and not digits.strip(b"0123456789abcdef")
+
+
 def describe_failure(result: Result) -> str:
     lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
     why = lines[-1] if lines else "no message"

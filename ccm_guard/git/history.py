@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ccm_guard.errors import GitError
-from ccm_guard.git.core import Repo, describe_failure, run
+from ccm_guard.git.core import Repo, describe_failure, is_oid, run
 
 
 def commit_message(repo: Repo, commit: str) -> str:
@@ -102,7 +102,7 @@ _RANGES: dict[tuple[str, str, str, str], list[Any]] = {}
 
 
 def _range_once(repo: Repo, kind: str, base: str, head: str, compute: Callable[[], list[Any]]) -> list[Any]:
-    if not (_is_oid(base) and _is_oid(head)):
+    if not (is_oid(base) and is_oid(head)):
         return compute()
     key = (str(repo.common_dir), kind, base, head)
     if key not in _RANGES:
@@ -110,34 +110,31 @@ def _range_once(repo: Repo, kind: str, base: str, head: str, compute: Callable[[
     return list(_RANGES[key])
 
 
-def _is_oid(text: str) -> bool:
-    return len(text) == 40 and all(c in "0123456789abcdef" for c in text)
-
-
 def commits(repo: Repo, base: str, head: str) -> list[tuple[str, str]]:
     """(sha, subject) of each commit in base..head, oldest first."""
-    def compute() -> list[Any]:
-        out = run(["log", "--reverse", "--no-decorate", "-z", "--format=%H %s", f"{base}..{head}", "--"], repo).z()
-        return [(record[:record.index(" ")], record[record.index(" ") + 1:]) for record in out]
-
-    return _range_once(repo, "commits", base, head, compute)
+    return [(sha, subject) for sha, subject, _, _, _ in _log(repo, base, head)]
 
 
 def commit_claims(repo: Repo, base: str, head: str) -> list[tuple[str, str, str, list[str]]]:
     """(sha, author email, committer email, trailer lines) of each commit in base..head:
     what a commit says about who made it and why."""
+    return [(sha, author, committer, trailers) for sha, _, author, committer, trailers in _log(repo, base, head)]
+
+
+def _log(repo: Repo, base: str, head: str) -> list[tuple[str, str, str, str, list[str]]]:
+    """One `git log` of base..head for both views above, oldest first: a subject (%s) is
+    one line, an email never holds a newline, so each field is a line of its record."""
     def compute() -> list[Any]:
-        records = run(["log", "--no-decorate", "-z", "--format=%H %ae %ce%n%(trailers:only=true,unfold=true)",
-                       f"{base}..{head}", "--"], repo).z()
+        records = run(["log", "--reverse", "--no-decorate", "-z",
+                       "--format=%H%n%s%n%ae%n%ce%n%(trailers:only=true,unfold=true)", f"{base}..{head}", "--"],
+                      repo).z()
         found = []
         for record in records:
-            first, _, trailers = record.partition("\n")
-            sha, _, emails = first.partition(" ")
-            author, _, committer = emails.partition(" ")
-            found.append((sha, author, committer, [t for t in trailers.splitlines() if t]))
+            sha, subject, author, committer, trailers = (record.split("\n", 4) + [""] * 4)[:5]
+            found.append((sha, subject, author, committer, [t for t in trailers.splitlines() if t]))
         return found
 
-    return _range_once(repo, "claims", base, head, compute)
+    return _range_once(repo, "log", base, head, compute)
 
 
 @dataclasses.dataclass(frozen=True)

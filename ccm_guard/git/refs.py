@@ -9,9 +9,7 @@ import re
 from typing import Mapping
 
 from ccm_guard.errors import GitError
-from ccm_guard.git.core import Repo, describe_failure, run
-
-_OID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+from ccm_guard.git.core import Repo, describe_failure, is_oid, run
 
 
 def resolve_commit(repo: Repo, rev: str) -> str | None:
@@ -19,7 +17,7 @@ def resolve_commit(repo: Repo, rev: str) -> str | None:
     negation (`^HEAD` prints `^<id>`), which names no single commit."""
     res = run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], repo, check=False)
     out = res.out.strip()
-    return out if res.returncode == 0 and _OID.fullmatch(out) else None
+    return out if res.returncode == 0 and is_oid(out) else None
 
 
 def symbolic_head(repo: Repo) -> str | None:

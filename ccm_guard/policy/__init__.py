@@ -10,13 +10,14 @@ naming the file, the line and the key, never a silent default.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Mapping
 
 from ccm_guard.errors import UsageError
+from ccm_guard.files import open_regular
 from ccm_guard.state.home import home
 
 POLICY_FILE = ".ccm-guard.toml"
@@ -272,16 +273,15 @@ def read_file(path: Path) -> Source:
     """A policy file the person named: a regular file (a link to one is fine) of bounded
     size; a FIFO, a device (`--policy /dev/zero`) or a huge file is refused, not read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise PolicyError(f"policy file {path} is not a regular file: pass a .toml file")
-            if info.st_size > POLICY_LIMIT:
-                raise PolicyError(f"policy file {path} is {info.st_size} bytes, over the {POLICY_LIMIT} allowed: "
+        with open_regular(path, follow_links=True) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > POLICY_LIMIT:
+                raise PolicyError(f"policy file {path} is {size} bytes, over the {POLICY_LIMIT} allowed: "
                                   "pass the policy itself")
             text = fh.read(POLICY_LIMIT).decode("utf-8", "replace")
     except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise PolicyError(f"policy file {path} is not a regular file: pass a .toml file") from exc
         raise PolicyError(f"cannot read policy file {path}: {exc.strerror}; check the path") from exc
     table = ("tool", "ccm-guard") if path.name == "pyproject.toml" else ()
     return Source(str(path), text, table)

@@ -27,15 +27,12 @@ CONFIG_SCAN_LIMIT = 1 << 20  # a larger config file is left to git to read
 def config_get(path: Path, key: str) -> str | None:
     if not path.is_file():
         return None
-    # A variable's name is spelled out, without escapes, in any file that sets it: a file
-    # without it (most files, for most keys) needs no git process to say so.
     try:
         with open(path, "rb") as fh:
             head: bytes | None = fh.read(CONFIG_SCAN_LIMIT + 1)
     except OSError:
         head = None  # unreadable: git says why
-    name = key.rsplit(".", 1)[-1].lower().encode()
-    if head is not None and len(head) <= CONFIG_SCAN_LIMIT and name not in head.lower():
+    if head is not None and len(head) <= CONFIG_SCAN_LIMIT and not git.may_set(head, key):
         return None
     values = [v for k, v in git.config_entries(path) if k == key.lower()]
     return values[-1] if values else None

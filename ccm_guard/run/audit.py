@@ -6,6 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ccm_guard import git
 from ccm_guard.detect import gates
@@ -50,12 +51,13 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
         before = _as_restored(before, pins)
     ran = json.loads(task.verdict) if task.verdict else {}
     verdict = judge(task, pins, before, data.get("main_files"), registry, checks,
+                    # the run's record of its sandbox: every unsandboxed description starts "none"
                     sandboxed=not str(ran.get("sandbox", "none")).startswith("none"))
     verdict.next_steps = next_steps(verdict, task)
     if task.status == "ERRORED" and verdict.gates_passed and not accept:
         verdict.next_steps = [f"accept: ccm-guard audit --accept {task.id}   (records it COMMITTED for task apply)"]
     if accept:
-        _accept(registry, task, verdict)
+        _accept(registry, task, verdict, ran)
     return verdict
 
 
@@ -71,13 +73,12 @@ def _as_restored(before: Snapshot, pins: Pins) -> Snapshot:
 ACCEPTABLE = ("ERRORED", "COMMITTED")
 
 
-def _accept(registry: Registry, task: Task, verdict: Verdict) -> None:
+def _accept(registry: Registry, task: Task, verdict: Verdict, ran: dict[str, Any]) -> None:
     """`audit --accept`: a task whose work the person finished by hand (or whose branch
     moved since its run) is recorded as COMMITTED at the head this audit passed, so
-    that `task apply` takes it. A failing audit accepts nothing."""
+    that `task apply` takes it. A failing audit accepts nothing. `ran`: the run's verdict."""
     if task.status not in ACCEPTABLE:
         raise StateError(f"task {task.id} is {task.status}: only an ERRORED or COMMITTED task can be accepted")
-    ran = json.loads(task.verdict) if task.verdict else {}
     if ran.get("plants") or ran.get("git_trusted") is False:
         raise StateError(f"task {task.id}'s run planted code or tampered with git's metadata: it cannot be "
                          f"accepted; inspect it by hand, then `ccm-guard task discard {task.id}`")

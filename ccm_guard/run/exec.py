@@ -138,7 +138,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
     failpoints.point("before-gates")
 
-    sandboxed = not armed.sandbox.startswith("none")
+    sandboxed = armed.confine is not None
     verdict = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed)
     git_errors = read_git_errors(armed.git_log)
     recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
