@@ -16,7 +16,6 @@ from ccm_guard.cli import demo, exec, gc, pool, repo, task
 from ccm_guard.cli.options import CONTEXT
 from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
 
-
 # click >= 8.2 raises this for a group run without arguments (older ones print the help).
 _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -68,6 +67,6 @@ def main() -> None:
     """
 
 
-for command in (exec.exec_cmd, exec.audit, demo.demo, task.task, repo.policy, repo.check_paths, repo.install,
+for command in (exec.exec_cmd, exec.audit, demo.demo, task.task, repo.policy, repo.check_paths, repo.verify, repo.install,
                 repo.uninstall, repo.hook, repo.roots, gc.gc_cmd, pool.pool):
     main.add_command(command)

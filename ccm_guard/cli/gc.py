@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled
+from ccm_guard.cli.options import CONTEXT, handled, json_text
 from ccm_guard.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -68,8 +67,8 @@ def gc_cmd(dry_run: bool, older_than: str, archive_days: float, repo: Path | Non
     extra = _sweep(registry, opts.repo, dry_run)
     failed = any(a.error for a in actions)
     if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "actions": [a.to_json() for a in actions],
-                               "failed": sum(1 for a in actions if a.error), **extra}, indent=2))
+        click.echo(json_text({"dry_run": dry_run, "actions": [a.to_json() for a in actions],
+                               "failed": sum(1 for a in actions if a.error), **extra}))
     else:
         click.echo(render(actions, dry_run))
         for line in _render_sweep(extra, dry_run):

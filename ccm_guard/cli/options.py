@@ -32,9 +32,19 @@ def handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+SCHEMA = 1  # the version of every --json document's shape: docs/json.md
+
+
+def json_text(data: dict[str, Any] | list[Any], *, key: str = "items") -> str:
+    """Every --json document: one object, `schema` first (a list goes under `key`), so an
+    orchestrator can tell which shape it reads."""
+    body = {key: data} if isinstance(data, list) else data
+    return json.dumps({"schema": SCHEMA, **body}, indent=2)
+
+
 def _fail(message: str, code: int, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"error": message, "exit_code": int(code)}))
+        click.echo(json_text({"error": message, "exit_code": int(code)}))
     click.echo(f"ccm-guard: error: {message}", err=True)
     sys.exit(int(code))
 

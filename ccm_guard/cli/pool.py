@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled
+from ccm_guard.cli.options import CONTEXT, handled, json_text
 
 POOL_EPILOG = """\
 \b
@@ -67,7 +66,7 @@ def pool_fill(size: int, base: str, refill: bool | None, repo: Path, as_json: bo
 
     report = pools.fill(git.discover(repo.resolve()), size, base, refill=refill)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(json_text(report.to_json()))
         return
     click.echo(f"{report.repo}: {report.ready} ready at {report.base[:12]} (made {len(report.made)}"
                + (f", destroyed {len(report.destroyed)} dirty or extra" if report.destroyed else "") + ")")
@@ -88,7 +87,7 @@ def pool_status(repo: Path | None, as_json: bool) -> None:
     found = pools.status(repo=common)
     waiting = [str(e) for e in trash.entries()]
     if as_json:
-        click.echo(json.dumps({"pools": found, "trash": waiting}, indent=2))
+        click.echo(json_text({"pools": found, "trash": waiting}))
         return
     if not found:
         click.echo("no pool (`ccm-guard pool fill -n N` makes one)")
@@ -117,7 +116,7 @@ def pool_drain(repo: Path, as_json: bool) -> None:
 
     report = pools.drain(git.discover(repo.resolve()).common_dir)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(json_text(report.to_json()))
         return
     click.echo(f"{report.repo}: destroyed {len(report.destroyed)}"
                + (f"; {len(report.left_with_tasks)} out with tasks go when their tasks do"

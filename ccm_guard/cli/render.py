@@ -3,19 +3,24 @@ run, and what an apply did."""
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ccm_guard.agent.runner import AgentResult
 from ccm_guard.detect.context import MAX_PATHS
+from ccm_guard.detect.gates import GateResult
 from ccm_guard.detect.verdict import Verdict
 from ccm_guard.text import safe
+
+if TYPE_CHECKING:
+    from ccm_guard.detect.verify import RangeReport
 
 
 def to_json(verdict: Verdict) -> str:
     # ASCII with escapes: a path that is not UTF-8 (git keeps any bytes) stays valid JSON.
-    return json.dumps(verdict.to_json(), indent=2)
+    from ccm_guard.cli.options import json_text
+
+    return json_text(verdict.to_json())
 
 
 # What an agent's output can leave a terminal in: a string sequence (OSC, DCS, APC) that
@@ -67,20 +72,7 @@ def _render(v: Verdict) -> str:
             lines.append(f"    {counts:>12}  {safe(f.path)}")
         if len(v.files) > MAX_PATHS:
             lines.append(f"    ... and {len(v.files) - MAX_PATHS} more (--json lists all)")
-    lines.append("  gates:")
-    for g in v.gates:
-        lines.append(f"    {g.status.upper():7} {g.name}" + (f": {safe(g.note)}" if g.note else ""))
-        # Failures first, and a bounded number: an agent that plants thousands of files
-        # must not bury the verdict (--json lists every finding).
-        findings = sorted(g.findings, key=lambda f: f.severity != "fail")
-        for finding in findings[:MAX_FINDINGS]:
-            lines.append(f"      {'x' if finding.severity == 'fail' else '!'} {safe(finding.reason)}")
-            shown = finding.paths[:MAX_PATHS]
-            lines.extend(f"          {safe(p)}" for p in shown)
-            if len(finding.paths) > len(shown):
-                lines.append(f"          ... and {len(finding.paths) - len(shown)} more")
-        if len(findings) > MAX_FINDINGS:
-            lines.append(f"      ... and {len(findings) - MAX_FINDINGS} more findings (--json lists all)")
+    lines += _gate_lines(v.gates)
     for err in v.errors:
         lines.append(f"  error: {safe(err)}")
     if v.question is not None:
@@ -97,6 +89,56 @@ def _render(v: Verdict) -> str:
         lines.append("  next:")
         lines.extend(f"    {step}" for step in v.next_steps)
     return "\n".join(lines)
+
+
+def _gate_lines(gates: Iterable[GateResult]) -> list[str]:
+    lines = ["  gates:"]
+    for g in gates:
+        lines.append(f"    {g.status.upper():7} {g.name}" + (f": {safe(g.note)}" if g.note else ""))
+        # Failures first, and a bounded number: an agent that plants thousands of files
+        # must not bury the verdict (--json lists every finding).
+        findings = sorted(g.findings, key=lambda f: f.severity != "fail")
+        for finding in findings[:MAX_FINDINGS]:
+            lines.append(f"      {'x' if finding.severity == 'fail' else '!'} {safe(finding.reason)}")
+            shown = finding.paths[:MAX_PATHS]
+            lines.extend(f"          {safe(p)}" for p in shown)
+            if len(finding.paths) > len(shown):
+                lines.append(f"          ... and {len(finding.paths) - len(shown)} more")
+        if len(findings) > MAX_FINDINGS:
+            lines.append(f"      ... and {len(findings) - MAX_FINDINGS} more findings (--json lists all)")
+    return lines
+
+
+def render_range(r: RangeReport) -> str:
+    """`verify`'s report for a person."""
+    lines = [f"ccm-guard verify: {r.outcome.upper()}  {r.base[:12]}..{r.head[:12]}  role {safe(r.role)}  "
+             f"policy: {', '.join(r.policy_files) or 'built-in'} (as committed at the base)",
+             f"  commits: {len(r.commits)}"]
+    lines.extend(f"    {sha[:12]} {safe(subject)}" for sha, subject in r.commits[-10:])
+    return "\n".join(lines + _gate_lines(r.gates))
+
+
+def github_annotations(r: RangeReport) -> str:
+    """Workflow commands GitHub shows on the pull request: one per finding and path (a
+    finding without paths is shown on the run)."""
+    lines: list[str] = []
+    for g in r.gates:
+        for f in g.findings:
+            level = "error" if f.severity == "fail" else "warning"
+            message = _escape(f"{g.name}: {f.reason}")
+            # Paths of the tree are files on the pull request; a commit's finding names a commit.
+            targets = (f.paths[:MAX_PATHS] if g.name in ("path-policy", "limits") else ()) or ("",)
+            lines.extend(f"::{level} file={_escape(p, prop=True)},title=ccm-guard {g.name}::{message}" if p
+                         else f"::{level} title=ccm-guard {g.name}::{message}" for p in targets)
+    lines.append(f"ccm-guard verify: {r.outcome} ({r.base[:12]}..{r.head[:12]}, role {r.role}, "
+                 f"{len(r.commits)} commit(s))")
+    return "\n".join(lines)
+
+
+def _escape(text: str, prop: bool = False) -> str:
+    """GitHub's escaping of workflow command data (and, in properties, ':' and ',')."""
+    text = safe(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
 def _agent_line(a: AgentResult) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled
+from ccm_guard.cli.options import CONTEXT, handled, json_text
 from ccm_guard.errors import EXIT_CODE_TABLE
 
 
@@ -51,7 +51,7 @@ def policy_show(role: str | None, policy_file: Path | None, as_json: bool) -> No
     data = {"default_role": effective.default_role, "files": effective.files,
             "roles": {n: pol.describe(effective.roles[n]) for n in names}}
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json_text(data))
         return
     click.echo(f"default role: {effective.default_role}   files: {', '.join(effective.files) or '(built-in only)'}")
     for name, values in data["roles"].items():  # type: ignore[attr-defined]
@@ -75,7 +75,9 @@ def policy_check(file: Path | None) -> None:
 @click.command("check-paths", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("rev_range", required=False, metavar="[REV-RANGE]")
 @click.option("--staged", is_flag=True, help="Check what is staged for the next commit (the default).")
-@click.option("--role", metavar="ROLE", help="The role whose rules apply (default: the policy's default role).")
+@click.option("--role", metavar="ROLE",
+              help="The role whose rules apply (default: a range, the policy's default role; the staged "
+                   "change, your own commit, only what breaks any checkout).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
 @click.option("--json", "as_json", is_flag=True)
 @handled
@@ -86,17 +88,67 @@ def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_fi
     \b
       ccm-guard check-paths --role test-writer            # the staged change
       ccm-guard check-paths --role test-writer main..HEAD # every commit of a branch
-    The policy is read as committed at HEAD. Exit 1 when a path breaks a rule.
+      ccm-guard check-paths                               # your own commit: twins, links
+    The policy is read as committed at HEAD for the staged change, at BASE for a range
+    (`verify` judges a range in full). Exit 1 when a path breaks a rule.
     """
-    from ccm_guard.detect.policy_at import check_paths_command
+    from ccm_guard.detect.verify import check_paths_command
 
     violations = check_paths_command(Path.cwd(), rev_range if not staged else None, role, policy_file)
     if as_json:
-        click.echo(json.dumps([v.__dict__ for v in violations], indent=2))
+        click.echo(json_text([v.__dict__ for v in violations], key="violations"))
     else:
         for v in violations:
             click.echo(("warning: " if v.severity == "warn" else "") + v.line())
     sys.exit(1 if any(v.severity == "fail" for v in violations) else 0)
+
+
+@click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
+@click.argument("rev_range", required=False, metavar="[BASE..HEAD]")
+@click.option("--role", metavar="ROLE", help="The role the agent ran as (default: the policy's default role).")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON (docs/json.md).")
+@click.option("--format", "fmt", type=click.Choice(["text", "github"]), default="text", show_default=True,
+              help="github: workflow-command annotations on the pull request, and the report in "
+                   "$GITHUB_STEP_SUMMARY and `outcome` in $GITHUB_OUTPUT when those are set.")
+@handled
+def verify(rev_range: str | None, role: str | None, policy_file: Path | None, as_json: bool, fmt: str) -> None:
+    """Judge a range of commits (an agent's pull request) the way exec judges a run.
+
+    \b
+    What a range can show: the role's path rules on every commit (and every parent of a
+    merge), executable project content and control paths, an edit of the policy, the
+    role's limits, and commits that claim to be ccm-guard's. The policy is the one
+    committed at BASE, so a pull request cannot loosen its own rules.
+      ccm-guard verify main..HEAD --role test-writer
+      ccm-guard verify --format github        # in GitHub Actions: the pull request's range
+    Without BASE..HEAD, GitHub's event payload ($GITHUB_EVENT_PATH) names the pull
+    request's base and head. Exit 1 when a gate fails.
+    """
+    from ccm_guard.cli.render import github_annotations, render_range
+    from ccm_guard.detect.verify import github_range, verify_range
+
+    report = verify_range(Path.cwd(), rev_range or github_range(), role, policy_file)
+    if as_json:
+        click.echo(json_text(report.to_json()))
+    elif fmt == "github":
+        click.echo(github_annotations(report))
+        _github_files(report, render_range(report))
+    else:
+        click.echo(render_range(report))
+    sys.exit(1 if report.outcome == "fail" else 0)
+
+
+def _github_files(report: "object", text: str) -> None:
+    """The step summary (Markdown) and the step's `outcome` output, where the runner asks."""
+    import os
+
+    outcome = report.outcome  # type: ignore[attr-defined]
+    for var, content in (("GITHUB_STEP_SUMMARY", f"### ccm-guard verify: {outcome}\n\n```\n{text}\n```\n"),
+                         ("GITHUB_OUTPUT", f"outcome={outcome}\n")):
+        if os.environ.get(var):
+            with open(os.environ[var], "a", encoding="utf-8") as out:
+                out.write(content)
 
 
 @click.command(context_settings=CONTEXT)
@@ -118,7 +170,7 @@ def roots(path: Path | None, as_json: bool, fmt: str) -> None:
 
     found = writable_roots((path or Path.cwd()).resolve())
     if as_json:
-        click.echo(json.dumps([str(p) for p in found]))
+        click.echo(json_text([str(p) for p in found], key="roots"))
     elif fmt == "codex":
         click.echo(" ".join(f"--add-dir {p}" for p in found[1:]))
     else:
@@ -129,7 +181,7 @@ def roots(path: Path | None, as_json: bool, fmt: str) -> None:
 def _show(report: "object", as_json: bool) -> None:
     data = report.to_json()  # type: ignore[attr-defined]
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json_text(data))
         return
     click.echo(f"{data['target']}: hooks in {data['hooks_dir']}")
     for key in ("written", "chained", "restored", "removed", "config", "notes"):

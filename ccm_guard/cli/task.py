@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled, run_options
+from ccm_guard.cli.options import CONTEXT, handled, json_text, run_options
 from ccm_guard.errors import EXIT_CODE_TABLE
 
 
@@ -27,7 +27,7 @@ def _task_command(name: str, *params: Callable[[Any], Any], json_flag: bool = Tr
 
 
 def _emit(data: dict[str, Any], as_json: bool, lines: list[str]) -> None:
-    click.echo(json.dumps(data, indent=2) if as_json else "\n".join(lines))
+    click.echo(json_text(data) if as_json else "\n".join(lines))
 
 
 @click.group(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
@@ -68,7 +68,7 @@ def task_list(show_all: bool, all_repos: bool, as_json: bool) -> None:
     repo = None if all_repos else _current_repository()
     tasks = Registry().list(repo=repo, live_only=not show_all)
     if as_json:
-        click.echo(json.dumps([t.to_json() for t in tasks], indent=2))
+        click.echo(json_text([t.to_json() for t in tasks], key="tasks"))
         return
     if not tasks:
         where = f" in {Path(repo).parent}" if repo else ""
@@ -112,7 +112,7 @@ def task_show(task_id: str, as_json: bool) -> None:
     extra = describe(registry, t)
     t = registry.get(task_id)
     if as_json:
-        click.echo(json.dumps({**t.to_json(), **extra}, indent=2))
+        click.echo(json_text({**t.to_json(), **extra}))
         return
     for name in ("id", "status", "branch", "base", "main_worktree", "worktree", "admin_dir", "log_dir"):
         click.echo(f"{name + ':':15} {getattr(t, name)}")

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ccm_guard import git, policy
-from ccm_guard.detect.paths import Violation, range_violations, staged_violations
-from ccm_guard.errors import UsageError
+from ccm_guard.detect.paths import staged_violations
 from ccm_guard.policy import Policy, Role
 
 
@@ -43,17 +42,3 @@ def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
         repo, pol = for_checkout(repo_root, policy_rev, None)
         checked = pol.role(role)
     return [v.line() for v in staged_violations(repo, checked) if v.severity == "fail"]
-
-
-def check_paths_command(start: Path, rev_range: str | None, role: str | None,
-                        override: Path | None) -> list[Violation]:
-    """`ccm-guard check-paths`: the staged change, or each commit of REV-RANGE."""
-    repo, pol = for_checkout(start, "HEAD", override)
-    chosen = pol.role(role)
-    if rev_range is None:
-        return staged_violations(repo, chosen)
-    base, sep, head = rev_range.partition("..")
-    base_id, head_id = git.resolve_commit(repo, base), git.resolve_commit(repo, head or "HEAD")
-    if not sep or base_id is None or head_id is None:
-        raise UsageError(f"{rev_range!r} is not a range of two commits: write it as BASE..HEAD")
-    return range_violations(repo, chosen, base_id, head_id)

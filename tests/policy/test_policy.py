@@ -235,7 +235,7 @@ def test_check_paths_staged_and_range(repo: Path) -> None:
     git(repo, "commit", "-q", "-m", "mixed")
     ranged = ccm("check-paths", "--role", "test-writer", f"{base}..HEAD", "--json", cwd=repo)
     assert ranged.returncode == 1
-    assert [v["path"] for v in json.loads(ranged.stdout)] == ["src/app.py"]
+    assert [v["path"] for v in json.loads(ranged.stdout)["violations"]] == ["src/app.py"]
     assert ccm("check-paths", "--role", "implementor", f"{base}..HEAD", cwd=repo).returncode == 0
     bad = ccm("check-paths", "nonsense", cwd=repo)
     assert bad.returncode == 2 and "BASE..HEAD" in bad.stderr

@@ -107,7 +107,7 @@ def test_roots_command(repo: Path, tmp_path: Path) -> None:
     git(repo, "worktree", "add", "-q", "-b", "ccm/r", str(wt))
     lines = ccm("roots", str(wt), cwd=repo).stdout.split()
     assert lines[0] == str(wt.resolve()) and lines[1].endswith(".git/worktrees/wt")
-    assert json.loads(ccm("roots", str(wt), "--json", cwd=repo).stdout) == lines
+    assert json.loads(ccm("roots", str(wt), "--json", cwd=repo).stdout)["roots"] == lines
     codex = ccm("roots", str(wt), "--format", "codex", cwd=repo).stdout.split()
     assert codex[::2] == ["--add-dir"] * (len(lines) - 1) and codex[1::2] == lines[1:]
     assert ccm("roots", str(repo), cwd=repo).stdout == ""

@@ -11,11 +11,11 @@ from pathlib import Path
 from conftest import AUTHOR, ROOT, git, make_repo
 
 
-def test_pre_commit_framework_refuses_a_forbidden_path(tmp_path: Path) -> None:
+def test_pre_commit_framework_refuses_a_path_the_role_forbids(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "project")
     rev = git(ROOT, "rev-parse", "HEAD")
     (repo / ".pre-commit-config.yaml").write_text(
-        f"repos:\n- repo: {ROOT}\n  rev: {rev}\n  hooks:\n  - id: ccm-guard-paths\n")
+        f"repos:\n- repo: {ROOT}\n  rev: {rev}\n  hooks:\n  - id: ccm-guard-paths\n    args: [--role, implementor]\n")
     git(repo, "add", ".pre-commit-config.yaml")
     git(repo, "commit", "-q", "-m", "use ccm-guard's hook")
     env = {**os.environ, **AUTHOR, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
@@ -38,3 +38,19 @@ def test_pre_commit_framework_refuses_a_forbidden_path(tmp_path: Path) -> None:
     assert bad.returncode != 0
     assert ".gitattributes: changed, but forbidden by '**/.gitattributes' (staged)" in bad.stdout + bad.stderr
     assert git(repo, "log", "-1", "--format=%s") == "fine"
+
+
+def test_a_persons_own_commit_is_not_held_to_agents_rules(repo: Path) -> None:
+    """check-paths on the staged change without --role (the hook without args): a person
+    may change .gitignore; a case twin, which breaks a checkout on macOS, still fails."""
+    from conftest import ccm
+
+    (repo / ".gitignore").write_text("build/\n")
+    git(repo, "add", ".gitignore")
+    assert ccm("check-paths", cwd=repo).returncode == 0
+    assert ccm("check-paths", "--role", "implementor", cwd=repo).returncode == 1
+    git(repo, "commit", "-q", "-m", "ignore build")
+    (repo / "README.MD").write_text("twin\n")
+    git(repo, "add", "README.MD")
+    twin = ccm("check-paths", cwd=repo)
+    assert twin.returncode == 1 and "README.MD" in twin.stdout

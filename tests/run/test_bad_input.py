@@ -27,7 +27,7 @@ def assert_nothing_left(repo: Path) -> None:
     state = Path(os.environ["CCM_GUARD_HOME"])
     trees = state / "worktrees"
     assert not trees.exists() or not any(p for d in trees.iterdir() for p in d.iterdir())
-    assert json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout) == []
+    assert json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)["tasks"] == []
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

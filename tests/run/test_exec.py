@@ -247,7 +247,7 @@ def test_task_list_and_show(repo: Path, tmp_path: Path) -> None:
     run_exec(repo, write_agent(tmp_path, COMMIT.replace("$1", "x")), "--task", "listed")
     listing = ccm("task", "list", cwd=repo)
     assert "listed" in listing.stdout and "COMMITTED" in listing.stdout
-    rows = json.loads(ccm("task", "list", "--json", cwd=repo).stdout)
+    rows = json.loads(ccm("task", "list", "--json", cwd=repo).stdout)["tasks"]
     assert [r["id"] for r in rows] == ["listed"]
     shown = ccm("task", "show", "listed", cwd=repo).stdout
     assert "verdict:" in shown and "pass" in shown
@@ -262,12 +262,12 @@ def test_task_list_shows_the_repository_you_are_in(repo: Path, tmp_path: Path) -
     run_exec(other, agent, "--task", "there")
     here = ccm("task", "list", cwd=repo).stdout
     assert "here" in here and "there" not in here and "AGE" in here and "worktree" in here
-    assert [r["id"] for r in json.loads(ccm("task", "list", "--json", cwd=repo).stdout)] == ["here"]
+    assert [r["id"] for r in json.loads(ccm("task", "list", "--json", cwd=repo).stdout)["tasks"]] == ["here"]
     everywhere = ccm("task", "list", "--all-repos", cwd=repo).stdout
     assert "here" in everywhere and "there" in everywhere and "REPO" in everywhere and str(other) in everywhere
     outside = tmp_path / "plain"
     outside.mkdir()
-    assert {r["id"] for r in json.loads(ccm("task", "list", "--json", cwd=outside).stdout)} == {"here", "there"}
+    assert {r["id"] for r in json.loads(ccm("task", "list", "--json", cwd=outside).stdout)["tasks"]} == {"here", "there"}
 
 
 def test_exec_from_a_linked_worktree_of_the_person(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def test_ten_runs_then_ten_applies_at_once(tmp_path: Path, into: str) -> None:
     assert sorted(chain) == sorted(a["new"] for a in applied) and len(chain) == N
     for i in range(N):
         assert git(repo, "show", f"{target}:out-t{i}.txt") == f"t{i}"
-    tasks = json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)
+    tasks = json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)["tasks"]
     assert sorted(t["status"] for t in tasks) == ["APPLIED"] * N
     _no_locks_left(repo)
     if into == "checked-out":
@@ -109,7 +109,7 @@ def test_an_apply_during_another_run_is_not_blamed_on_that_run_s_agent(tmp_path:
                        'echo two > two.txt\nrgit add two.txt\nrgit commit -q -m two\n', name="slow.sh")
     running = spawn_exec(repo, "--sandbox", sandbox, "--json", "--task", "second", "--timeout", "60", "--", str(slow))
     for _ in range(100):  # wait until the second agent is running
-        if json.loads(ccm("task", "list", "--json", cwd=repo).stdout)[-1]["status"] == "ACTIVE":
+        if json.loads(ccm("task", "list", "--json", cwd=repo).stdout)["tasks"][-1]["status"] == "ACTIVE":
             break
         time.sleep(0.1)
     applied = ccm("task", "apply", "first", "--into", into, cwd=repo)

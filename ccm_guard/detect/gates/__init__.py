@@ -9,7 +9,8 @@ in gates/repo.py.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from ccm_guard import git
 from ccm_guard.detect.context import (
@@ -24,6 +25,10 @@ from ccm_guard.detect.gates.repo import git_metadata, main_checkout, refs_untouc
 from ccm_guard.detect.paths import PathChange
 from ccm_guard.detect.snapshot import read_nofollow
 from ccm_guard.errors import GitError
+
+if TYPE_CHECKING:
+    from ccm_guard.detect.paths import Figures
+    from ccm_guard.policy import Limits
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
@@ -71,7 +76,7 @@ def new_commit(ctx: Context) -> list[Finding]:
         return [Finding("new-commit", f"no new commit on {ctx.pins.branch}: the agent must commit its work")]
     if not git_or_skip(lambda: git.is_ancestor(ctx.repo, ctx.base, head)):
         return [Finding("new-commit", f"{ctx.pins.branch} was rewritten: the base {ctx.base[:12]} is no longer in its history")]
-    return _forged_claims(ctx, head)
+    return forged_claims(ctx.repo, ctx.base, head, made_by_us=ctx.ccm_commits)
 
 
 # What only ccm-guard writes into a commit: its trailers (a recovery's reason, an apply's
@@ -80,11 +85,12 @@ CCM_TRAILERS = ("recovery-reason:", "ccm-guard-")
 CCM_EMAIL = "ccm-guard@localhost"
 
 
-def _forged_claims(ctx: Context, head: str) -> list[Finding]:
-    """Commits of the agent's that claim to be ccm-guard's: a reviewer would trust them."""
+def forged_claims(repo: git.Repo, base: str, head: str, *, made_by_us: tuple[str, ...] = ()) -> list[Finding]:
+    """Commits of base..head that claim to be ccm-guard's (`made_by_us`: the ones that are): a
+    reviewer would trust them."""
     forged = []
-    for sha, author, committer, trailers in git_or_skip(lambda: git.commit_claims(ctx.repo, ctx.base, head)):
-        if sha in ctx.ccm_commits:
+    for sha, author, committer, trailers in git_or_skip(lambda: git.commit_claims(repo, base, head)):
+        if sha in made_by_us:
             continue
         ours = [t.split(":", 1)[0] for t in trailers if t.lower().startswith(CCM_TRAILERS)]
         if ours or CCM_EMAIL in (author, committer):
@@ -122,20 +128,24 @@ def path_policy(ctx: Context) -> list[Finding]:
 
     rules = Rules(ctx.role.allow, ctx.role.forbid)
     return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
-            for v in check(changes, rules, target, final_paths)] + _policy_table_edits(ctx, changes) \
+            for v in check(changes, rules, target, final_paths)] \
+        + policy_table_edits(ctx.repo, ctx.base, ctx.head, changes, worktree=ctx.pins.worktree) \
         + host_code(changes, ctx.role.ci_files)
 
 
-def _policy_table_edits(ctx: Context, changes: list[PathChange]) -> list[Finding]:
+def policy_table_edits(repo: git.Repo, base: str, head: str | None, changes: list[PathChange], *,
+                       worktree: Path | None) -> list[Finding]:
     """pyproject.toml may be the agent's to change, but its [tool.ccm-guard] table is the
-    repository's policy (the next run's rules): changing that is changing the policy."""
+    repository's policy (the next run's rules): changing that is changing the policy.
+    `worktree`: where uncommitted work may be too (None for a range of commits)."""
     if not any(c.path == "pyproject.toml" for c in changes):
         return []
     from ccm_guard.policy import POLICY_TABLE_FILE, policy_table
 
-    before = policy_table(git.file_at(ctx.repo, ctx.base, POLICY_TABLE_FILE))
-    versions = [("committed", git.file_at(ctx.repo, ctx.head, POLICY_TABLE_FILE) if ctx.head else None),
-                ("in the work tree", read_nofollow(ctx.pins.worktree / POLICY_TABLE_FILE))]
+    before = policy_table(git.file_at(repo, base, POLICY_TABLE_FILE))
+    versions = [("committed", git.file_at(repo, head, POLICY_TABLE_FILE) if head else None)]
+    if worktree is not None:
+        versions.append(("in the work tree", read_nofollow(worktree / POLICY_TABLE_FILE)))
     for where, data in versions:
         if policy_table(data) != before:
             return [Finding("path-policy", f"{POLICY_TABLE_FILE}: its [tool.ccm-guard] table, the repository's policy, "
@@ -149,10 +159,14 @@ def limits(ctx: Context) -> list[Finding]:
         return []
     from ccm_guard.detect.paths import measure
 
-    lim = ctx.role.limits
     head = ctx.head
     commits = len(git_or_skip(lambda: git.commits(ctx.repo, ctx.base, head))) if head and head != ctx.base else 0
     fig = git_or_skip(lambda: measure(ctx.path_changes, commits, ctx.repo, ctx.pins.worktree))
+    return limit_findings(ctx.role.limits, fig)
+
+
+def limit_findings(lim: Limits, fig: Figures) -> list[Finding]:
+    """The figures of a run (or a range of commits) against a role's limits."""
     checks = [
         (lim.max_file_bytes, fig.largest[0], f"the largest file, {fig.largest[1]!r}, has {fig.largest[0]} bytes",
          (fig.largest[1],)),

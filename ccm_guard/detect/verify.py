@@ -1,0 +1,141 @@
+"""`ccm-guard verify BASE..HEAD`: judge a range of commits (an agent's pull request) the way
+exec judges a run, for what a range can show.
+
+A range has no before/after snapshot of git's metadata, no processes and no work tree:
+what it shows is its commits. Judged here: the role's path rules on every commit and on
+every parent of a merge (so the net change is seen), executable project content and
+control paths, an edit of the policy table, the role's limits, and commits that claim to
+be ccm-guard's. The policy is the one committed at BASE: a pull request that edits
+`.ccm-guard.toml` is not judged by its own edit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ccm_guard import git
+from ccm_guard.detect.context import FAIL, Finding
+from ccm_guard.detect.gates import (
+    GateResult,
+    forged_claims,
+    host_code,
+    limit_findings,
+    policy_table_edits,
+)
+from ccm_guard.detect.paths import (
+    Violation,
+    check,
+    from_raw,
+    link_targets,
+    measure,
+    range_violations,
+    staged_violations,
+)
+from ccm_guard.detect.policy_at import for_checkout, policy_at
+from ccm_guard.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeReport:
+    base: str
+    head: str
+    role: str
+    policy_files: tuple[str, ...]
+    commits: tuple[tuple[str, str], ...]  # (sha, subject), oldest first
+    gates: tuple[GateResult, ...]
+
+    @property
+    def outcome(self) -> str:
+        return "fail" if any(g.status == FAIL for g in self.gates) else "pass"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome, "base": self.base, "head": self.head, "role": self.role,
+            "policy_files": list(self.policy_files),
+            "commits": [{"sha": sha, "subject": subject} for sha, subject in self.commits],
+            "gates": [{"name": g.name, "status": g.status,
+                       "findings": [{"reason": f.reason, "paths": list(f.paths), "severity": f.severity}
+                                    for f in g.findings]} for g in self.gates],
+        }
+
+
+def resolve_range(repo: git.Repo, rev_range: str) -> tuple[str, str]:
+    """BASE..HEAD as two commit ids; a usage error that says how to write it, or that the
+    base is not in this clone (a shallow CI checkout), otherwise."""
+    base, sep, head = rev_range.partition("..")
+    if not sep or not base or head.startswith("."):
+        raise UsageError(f"{rev_range!r} is not a range of two commits: write it as BASE..HEAD")
+    ids = []
+    for rev in (base, head or "HEAD"):
+        found = git.resolve_commit(repo, rev)
+        if found is None:
+            raise UsageError(f"{rev!r} is not a commit in this repository; in CI fetch the whole history "
+                             "(actions/checkout with fetch-depth: 0, or git fetch origin BASE)")
+        ids.append(found)
+    return ids[0], ids[1]
+
+
+def verify_range(start: Path, rev_range: str, role_name: str | None, override: Path | None) -> RangeReport:
+    repo = git.discover(start).repo()
+    base, head = resolve_range(repo, rev_range)
+    policy = policy_at(repo, base, override)
+    role = policy.role(role_name)
+    from ccm_guard.policy.rules import Rules
+
+    commits = git.commits(repo, base, head)
+    changes = from_raw(git.commit_changes(repo, base, head)) if commits else []
+    rules = Rules(role.allow, role.forbid)
+    paths = [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
+             for v in check(changes, rules, link_targets(repo, changes), lambda: git.tree_paths(repo, head))]
+    paths += policy_table_edits(repo, base, head, changes, worktree=None)
+    paths += host_code(changes, role.ci_files)
+    figures = measure(changes, len(commits), repo, Path("/nonexistent"))  # every change is committed
+    claims = forged_claims(repo, base, head)
+    if not commits:
+        claims.append(Finding("new-commit", f"no commits in {rev_range}: nothing to verify", (), "warn"))
+    gates = (GateResult.of("new-commit", claims), GateResult.of("path-policy", paths),
+             GateResult.of("limits", limit_findings(role.limits, figures)))
+    return RangeReport(base=base, head=head, role=role.name, policy_files=tuple(policy.files),
+                       commits=tuple(commits), gates=gates)
+
+
+def github_range() -> str:
+    """BASE..HEAD of the pull request (or push) GitHub Actions is running for."""
+    path = os.environ.get("GITHUB_EVENT_PATH")
+    if not path:
+        raise UsageError("no range given: write BASE..HEAD (in GitHub Actions the event payload names it)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            event = json.load(f)
+        if "pull_request" in event:
+            return f"{event['pull_request']['base']['sha']}..{event['pull_request']['head']['sha']}"
+        return f"{event['before']}..{event['after']}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"$GITHUB_EVENT_PATH ({path}) names no pull request or push ({exc}): "
+                         "give BASE..HEAD") from None
+
+
+def check_paths_command(start: Path, rev_range: str | None, role: str | None,
+                        override: Path | None) -> list[Violation]:
+    """`ccm-guard check-paths`: the staged change, or each commit of REV-RANGE.
+
+    The staged change without a role is a person's own commit (the pre-commit framework's
+    hook): the rules written for agents (no .gitignore, no policy edits) are not theirs,
+    so only what breaks any checkout is checked (case and Unicode twins, symlinks out of
+    the repository, nested repositories). In a task's worktree the guard hooks check the
+    task's role; a team that wants a role on every commit names it (`--role`)."""
+    if rev_range is None:
+        if role is None and override is None:
+            from ccm_guard.policy.rules import Rules
+
+            return staged_violations(git.discover(start).repo(), Rules(None, ()))
+        repo, pol = for_checkout(start, "HEAD", override)
+        return staged_violations(repo, pol.role(role))
+    repo = git.discover(start).repo()
+    base, head = resolve_range(repo, rev_range)
+    # The policy at BASE: a range that edits .ccm-guard.toml is not judged by its own edit.
+    return range_violations(repo, policy_at(repo, base, override).role(role), base, head)
