@@ -74,14 +74,19 @@ def run_demo(keep: bool) -> int:
             click.secho(f"\n=== ccm-guard exec -- ./{script}   ({label}) ===", bold=True)
             verdict = execute(ExecOptions(command=[str(root / script)], start=repo, task=task, terminal=False),
                                 registry)
-            click.echo(render(verdict))
+            click.echo(render(verdict, places=keep))  # without --keep, nothing it names will be left
             outcomes.append(int(verdict.exit_code))
         expected = outcomes[0] == 0 and outcomes[1] != 0
         click.secho(
             "\ndemo: the good agent passed and the bad one was caught." if expected
             else f"\ndemo: unexpected outcome {outcomes}: please report this.", fg="green" if expected else "red")
         if keep:
-            click.echo(f"demo files kept in {root}")
+            click.echo(f"\nThe demo's repository, tasks and logs are kept in {root}. The next steps above work "
+                       f"after:\n  export CCM_GUARD_HOME={root / 'state'}; cd {repo}")
+        else:
+            click.echo("\n(`ccm-guard demo --keep` keeps the demo's repository and tasks to look around.)")
+        click.echo("Try it on your own repository:\n  cd YOUR-REPO && ccm-guard exec -- claude -p \"fix the failing test\""
+                   "   # or any agent command")
         return 0 if expected else 1
     finally:
         if previous_home is None:

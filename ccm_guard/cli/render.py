@@ -37,13 +37,14 @@ def _on_terminal() -> bool:
     return sys.stdout is not None and sys.stdout.isatty()
 
 
-def render(v: Verdict) -> str:
-    """The human verdict; on a terminal, preceded by TERMINAL_RESET."""
-    text = _render(v)
+def render(v: Verdict, *, places: bool = True) -> str:
+    """The human verdict; on a terminal, preceded by TERMINAL_RESET. `places`: the
+    worktree, logs and next steps (the demo leaves them out when it removes them all)."""
+    text = _render(v, places)
     return TERMINAL_RESET + text if _on_terminal() else text
 
 
-def _render(v: Verdict) -> str:
+def _render(v: Verdict, places: bool) -> str:
     mark = {"pass": "PASS", "gates-failed": "FAIL"}.get(v.outcome, v.outcome.upper())
     lines = [f"ccm-guard: {mark}  task {safe(v.task)}  branch {safe(v.branch)}  base {v.base[:12]}"]
     lines.extend(f"  note: {safe(note)}" for note in v.notes)
@@ -81,6 +82,8 @@ def _render(v: Verdict) -> str:
         lines.extend("  " + line for line in render_apply(v.applied))
     if v.apply_refused:
         lines.append(f"  apply refused: {safe(v.apply_refused)}")
+    if not places:
+        return "\n".join(lines)
     lines.append(f"  worktree: {v.worktree} ({v.disposition})")
     if v.archive:
         lines.append(f"  archive: {v.archive}")
