@@ -32,6 +32,7 @@ class ExitCode(enum.IntEnum):
     APPLY_REFUSED = 8, ("apply refused: the merge conflicts, or the checked-out target has uncommitted changes "
                         "(nothing was changed)")
     BLOCKED = 9, "the agent is blocked on a question (question.json); `task resume` continues"
+    SETUP_FAILED = 10, "the setup step failed (--setup, the policy's setup): the agent did not run"
     NOT_EXECUTABLE = 126, "the agent command is not executable"
     NOT_FOUND = 127, "the agent command was not found"
     INTERRUPTED = 130, "interrupted (Ctrl-C)"
@@ -48,7 +49,7 @@ def _exit_code_table(width: int = 88) -> str:
                 line = " " * 7
             line += word + " "
         lines.append(line.rstrip())
-    lines += ["When several apply: a security finding is 1; then 130, 9 and 4 win over the",
+    lines += ["When several apply: a security finding is 1; then 10, 130, 9 and 4 win over the",
               "new-commit and clean-tree failures they explain; then 1; then 3."]
     return "\n".join(lines)
 

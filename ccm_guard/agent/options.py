@@ -32,3 +32,5 @@ class ExecOptions:
     link_dirs: bool = False  # .worktreeinclude: symlink matched directories instead of copying them
     pool: bool | None = None  # take the worktree from the warm pool: None, when the repository has one
     sparse: tuple[str, ...] = ()  # cone-mode sparse checkout of these directories (never pooled)
+    setup: tuple[str, ...] | None = None  # commands before the agent (run/setup.py); None: the role's
+    setup_timeout: float | None = None  # None: the role's setup_timeout

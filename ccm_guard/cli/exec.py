@@ -41,6 +41,13 @@ from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 @click.option("--sparse", "sparse", multiple=True, metavar="DIR",
               help="Check out only this directory (cone mode; repeatable); a change outside it fails path-policy. "
               "Never pooled.")
+@click.option("--setup", "setup", multiple=True, metavar="CMD",
+              help="Run CMD (with /bin/sh) in the fresh worktree before the agent, in its sandbox; repeatable, in "
+              "order. Replaces the policy's `setup`. What setup leaves is not blamed on the agent; a failing "
+              "setup stops the run (exit 10).")
+@click.option("--no-setup", is_flag=True, help="Skip the policy's setup step for this run.")
+@click.option("--setup-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Time for all setup commands together (default: the role's setup_timeout, 600).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -49,7 +56,8 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
              keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
              allow_ports: tuple[int, ...], agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
-             snapshot_every: int | None = None, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = ()) -> None:
+             snapshot_every: int | None = None, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = (),
+             setup: tuple[str, ...] = (), no_setup: bool = False, setup_timeout: float | None = None) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b
@@ -57,6 +65,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
       ccm-guard exec -- ./agent.sh
       ccm-guard exec --task fix-login --timeout 900 -- claude -p "fix the login bug"
       ccm-guard exec --read-only --no-require-commit -- ./review.sh
+      ccm-guard exec --setup "npm ci" -- claude -p "make the tests pass"
 
     A relative program path is taken from where you run ccm-guard. The agent runs with
     its cwd in the worktree, in its own session, with SSH agent, tmux, D-Bus, Docker and
@@ -82,6 +91,8 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     from ccm_guard.run.tasks import execute
     from ccm_guard.state.registry import Registry
 
+    if no_setup and setup:
+        raise UsageError("--setup and --no-setup contradict each other: give one")
     if terminal and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError("--pty needs a terminal on stdin and stdout: run it from a terminal, or drop --pty")
     opts = ExecOptions(
@@ -92,6 +103,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         terminal=False if as_json and terminal is None else terminal,
         sandbox=sandbox_mode, no_network=no_network, allow_ports=allow_ports, agent=agent, apply=apply_on_pass,
         snapshot_every=snapshot_every, link_dirs=link_dirs, pool=use_pool, sparse=sparse,
+        setup=() if no_setup else setup or None, setup_timeout=setup_timeout,
     )
     verdict = execute(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))

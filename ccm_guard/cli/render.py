@@ -48,6 +48,9 @@ def _render(v: Verdict, places: bool) -> str:
     mark = {"pass": "PASS", "gates-failed": "FAIL"}.get(v.outcome, v.outcome.upper())
     lines = [f"ccm-guard: {mark}  task {safe(v.task)}  branch {safe(v.branch)}  base {v.base[:12]}"]
     lines.extend(f"  note: {safe(note)}" for note in v.notes)
+    if v.setup is not None:
+        lines.append(f"  setup: {safe(v.setup.describe())}   (logs in {v.setup.log_dir})")
+        lines.extend(f"    | {safe(line)[:200]}" for line in v.setup.tail)
     if v.agent is not None:
         lines.append("  agent: " + _agent_line(v.agent) + f"  sandbox: {v.sandbox}  profile: {v.profile}")
     if v.identity:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 
 from ccm_guard import git
@@ -67,6 +69,9 @@ class Context:
     # ccm_commits are claims the agent could have made, and excuses based on them are
     # reported as unverified.
     registry_reachable: bool = False
+    # What the setup step left uncommitted (path -> file_identity): the run's starting point,
+    # not the agent's doing, while it stays as setup left it.
+    setup_files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:
@@ -146,6 +151,16 @@ class Context:
         """Another registered task's admin dir: that task's own gates judge it."""
         parts = key.split("/")
         return len(parts) > 2 and parts[1] == "worktrees" and parts[2] in self.other_tasks
+
+
+def file_identity(work_tree: Path, entry: git.StatusEntry) -> str:
+    """A dirty or untracked file as status shows it, with its size and times: any write
+    changes the change time, which no one can set back."""
+    try:
+        st = os.lstat(work_tree / entry.path)
+    except OSError:
+        return f"{entry.code}:missing"
+    return f"{entry.code}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def untrusted_reason(ctx: Context) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccm_guard.agent.runner import AgentResult
 from ccm_guard.detect import gates
@@ -11,6 +11,9 @@ from ccm_guard.detect.gates import GateResult
 from ccm_guard.errors import ExitCode
 from ccm_guard.git import FileStat
 from ccm_guard.policy import Role
+
+if TYPE_CHECKING:
+    from ccm_guard.agent.setup import SetupResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Verdict:
     notes: list[str] = dataclasses.field(default_factory=list)  # how this run differs (a copied directory, ...)
     # Plants (context.plants) relative to the common dir; dispose moves them into the logs.
     plants: list[str] = dataclasses.field(default_factory=list)
+    setup: SetupResult | None = None  # the setup step, when the run had one
 
     @property
     def gates_passed(self) -> bool:
@@ -102,6 +106,8 @@ class Verdict:
         unfinished_only = all(g.status in ("pass", "warn") or g.name in UNFINISHED_WORK_GATES for g in self.gates)
         if self.errors or not unfinished_only:
             return ExitCode.GATES_FAILED
+        if self.setup is not None and not self.setup.ok:
+            return ExitCode.SETUP_FAILED  # the agent never ran: its unfinished work is no news
         if self.agent is not None and self.agent.interrupted:
             return ExitCode.INTERRUPTED
         if self.blocked:
@@ -126,6 +132,7 @@ class Verdict:
             ExitCode.INTERRUPTED: "interrupted",
             ExitCode.BLOCKED: "blocked",
             ExitCode.APPLY_REFUSED: "apply-refused",
+            ExitCode.SETUP_FAILED: "setup-failed",
         }[self.exit_code]
 
     def to_json(self) -> dict[str, Any]:

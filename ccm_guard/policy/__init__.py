@@ -56,6 +56,10 @@ class Role:
     # A change to files CI or git hooks run by themselves (.github/workflows/, .husky/,
     # .pre-commit-config.yaml, ...): "fail" (default) or "warn" (a role whose work is CI).
     ci_files: str = "fail"
+    # Commands run in the fresh worktree before the agent, in its sandbox (run/setup.py),
+    # and how long they may take together, in seconds.
+    setup: tuple[str, ...] = ()
+    setup_timeout: int = 600
     sources: tuple[tuple[str, str], ...] = ()  # (key, where its value came from)
 
     def source_of(self, key: str) -> str:
@@ -73,7 +77,9 @@ DEFAULT_ROLE = "implementor"
 _ROLE_KEYS: dict[str, type] = {
     "extends": str, "allow": list, "forbid": list, "must_commit": bool, "read_only": bool,
     "git_allow": list, "limits": dict, "output": str, "snapshot_every": int, "ci_files": str,
+    "setup": list, "setup_timeout": int,
 }
+_TOP_KEYS = ("default_role", "roles", "setup", "setup_timeout")  # setup*: for roles that set none
 _KIND = {str: "a string", list: "a list", bool: "true or false", dict: "a table", int: "a whole number"}
 _LIMIT_KEYS = {f.name for f in dataclasses.fields(Limits)}
 _ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -106,6 +112,7 @@ def build(sources: list[Source]) -> Policy:
     raw: dict[str, dict[str, Any]] = {name: dict(spec) for name, spec in BUILTIN.items()}
     origin: dict[str, dict[str, str]] = {name: {} for name in BUILTIN}
     default, default_from = DEFAULT_ROLE, None
+    top: dict[str, tuple[Any, str]] = {}  # setup, setup_timeout at the top: (value, file)
     for source in sources:
         data = _parse(source)
         if data is None:
@@ -113,6 +120,12 @@ def build(sources: list[Source]) -> Policy:
         chosen = _merge(source, data, raw, origin)
         if chosen:
             default, default_from = chosen, source
+        top.update({key: (data[key], source.name) for key in ("setup", "setup_timeout") if key in data})
+    for name, spec in raw.items():  # a role's own setup wins over the top-level one
+        for key, (value, where) in top.items():
+            if key not in spec:
+                spec[key] = value
+                origin[name][key] = where
     roles = {name: _make_role(name, raw, origin, sources) for name in raw}
     if default not in roles:
         _bad(default_from or Source("built-in", ""), (), "default_role", f"default_role {default!r} is not a role: define [roles.{default}] "
@@ -140,8 +153,9 @@ def _parse(source: Source) -> dict[str, Any] | None:
 def _merge(source: Source, data: dict[str, Any], raw: dict[str, dict[str, Any]],
            origin: dict[str, dict[str, str]]) -> str | None:
     for key in data:
-        if key not in ("default_role", "roles"):
-            _bad(source, (), key, "unknown key (expected default_role or [roles.NAME])")
+        if key not in _TOP_KEYS:
+            _bad(source, (), key, "unknown key (expected default_role, setup, setup_timeout or [roles.NAME])")
+    _check_setup(source, (), data)
     roles = data.get("roles", {})
     if not isinstance(roles, dict):
         _bad(source, (), "roles", "must be a table of roles")
@@ -184,6 +198,8 @@ def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
                 if not isinstance(pattern, str) or not pattern.strip():
                     _bad(source, where, key, f"patterns must be non-empty strings, not {pattern!r}")
                 _check_pattern(source, where, key, pattern)
+        if key in ("setup", "setup_timeout"):
+            _check_setup(source, where, spec)
         if key == "ci_files" and value not in ("fail", "warn"):
             _bad(source, where, key, 'must be "fail" or "warn"')
         if key == "snapshot_every" and (isinstance(value, bool) or value < 0):
@@ -198,6 +214,14 @@ def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
                     _bad(source, (*where, "limits"), lk, f"unknown limit (expected one of {', '.join(sorted(_LIMIT_KEYS))})")
                 if not isinstance(lv, int) or isinstance(lv, bool) or lv < 0:
                     _bad(source, (*where, "limits"), lk, "must be a whole number, 0 or more")
+
+
+def _check_setup(source: Source, where: tuple[str, ...], table: dict[str, Any]) -> None:
+    commands, timeout = table.get("setup", []), table.get("setup_timeout", 1)
+    if not isinstance(commands, list) or not all(isinstance(c, str) and c.strip() for c in commands):
+        _bad(source, where, "setup", 'must be a list of commands, e.g. ["npm ci"]')
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
+        _bad(source, where, "setup_timeout", "must be a whole number of seconds, more than 0")
 
 
 def _check_pattern(source: Source, where: tuple[str, ...], key: str, pattern: str) -> None:
@@ -247,6 +271,8 @@ def _make_role(name: str, raw: dict[str, dict[str, Any]], origin: dict[str, dict
         output=spec.get("output"),
         snapshot_every=int(spec.get("snapshot_every", 10)),
         ci_files=str(spec.get("ci_files", "fail")),
+        setup=tuple(spec.get("setup", ())),
+        setup_timeout=int(spec.get("setup_timeout", 600)),
         sources=tuple(sorted(origin.get(name, {}).items())),
     )
 
@@ -314,7 +340,7 @@ def describe(role: Role) -> dict[str, object]:
         "allow": list(role.allow) if role.allow is not None else "(everything not forbidden)",
         "forbid": list(role.forbid), "must_commit": role.must_commit, "read_only": role.read_only,
         "git_allow": list(role.git_allow), "output": role.output, "snapshot_every": role.snapshot_every,
-        "ci_files": role.ci_files,
+        "ci_files": role.ci_files, "setup": list(role.setup), "setup_timeout": role.setup_timeout,
     }
     for f in dataclasses.fields(Limits):
         values[f"limits.{f.name}"] = getattr(role.limits, f.name)

@@ -52,7 +52,8 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     ran = json.loads(task.verdict) if task.verdict else {}
     verdict = judge(task, pins, before, data.get("main_files"), registry, checks,
                     # the run's record of its sandbox: every unsandboxed description starts "none"
-                    sandboxed=not str(ran.get("sandbox", "none")).startswith("none"))
+                    sandboxed=not str(ran.get("sandbox", "none")).startswith("none"),
+                    setup_files=data.get("setup_files"))
     verdict.next_steps = next_steps(verdict, task)
     if task.status == "ERRORED" and verdict.gates_passed and not accept:
         verdict.next_steps = [f"accept: ccm-guard audit --accept {task.id}   (records it COMMITTED for task apply)"]

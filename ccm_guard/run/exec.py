@@ -11,9 +11,10 @@ import secrets
 from pathlib import Path
 from typing import Any, Mapping
 
-from ccm_guard import failpoints, worktree
+from ccm_guard import failpoints, git, worktree
 from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
+from ccm_guard.agent.setup import SetupResult, run_setup
 from ccm_guard.detect import agent_home
 from ccm_guard.detect.policy_at import policy_at
 from ccm_guard.detect.snapshot import Snapshot
@@ -66,18 +67,31 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         notes = _copy_included(plan.main.toplevel, pins.worktree, opts.link_dirs)
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
                                agent=opts.agent, allow_ports=opts.allow_ports, rules=compiled.result())
-        before = snapshot(pins)  # after arming: its own config and hooks are the baseline
+        setup, setup_files = _setup(opts, role, task, pins, armed, registry)
+        before = snapshot(pins)  # after arming and setup: its own config and hooks are the baseline
     except BaseException:
         with contextlib.suppress(Exception):
             prevention.disarm(pins)
         worktree.abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
-    baseline = write_baseline(Path(task.log_dir, "baseline.json"), before, main_before)
+    baseline = write_baseline(Path(task.log_dir, "baseline.json"), before, main_before, setup_files)
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
     registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
     return run_and_judge(opts, registry, Ready(task=task, pins=pins, role=role, checks=checks, armed=armed,
                                                before=before, main_before=main_before,
-                                               notes=(*notes, *armed.notes)))
+                                               notes=(*notes, *armed.notes), setup=setup, setup_files=setup_files))
+
+
+def _setup(opts: ExecOptions, role: Role, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry
+           ) -> tuple[SetupResult | None, dict[str, str]]:
+    """The setup step, if the run has one, and what it left uncommitted (path -> identity)."""
+    commands = role.setup if opts.setup is None else opts.setup
+    if not commands:
+        return None, {}
+    env, marker = _environment(opts, task, pins, armed, registry)
+    result = run_setup(commands, worktree=pins.worktree, env=env, log_dir=Path(task.log_dir, "setup"),
+                       timeout=opts.setup_timeout or role.setup_timeout, confine=armed.confine, marker=marker)
+    return result, main_files(git.Repo(pins.admin_dir, pins.common_dir, pins.worktree))
 
 
 def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
@@ -92,8 +106,10 @@ def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
             *result.warnings, *(f"{INCLUDE_FILE}: skipped {path}: {why}" for path, why in result.skipped[:20])]
 
 
-def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str]) -> Path:
-    path.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before}))
+def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str],
+                   setup_files: Mapping[str, str] | None = None) -> Path:
+    path.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before,
+                                "setup_files": setup_files or {}}))
     return path
 
 
@@ -115,6 +131,8 @@ class Ready:
     before: Snapshot  # the metadata snapshot the gates compare against
     main_before: Mapping[str, str] | None  # the person's dirty and untracked files
     notes: tuple[str, ...] = ()  # for the verdict (what .worktreeinclude brought, ...)
+    setup: SetupResult | None = None  # the setup step's result (its failure: the agent does not run)
+    setup_files: Mapping[str, str] | None = None  # what setup left uncommitted: not the agent's
 
 
 def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdict:
@@ -122,31 +140,32 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     task, pins, role, checks, armed = ready.task, ready.pins, ready.role, ready.checks, ready.armed
     before, main_before = ready.before, ready.main_before
     host = layout.host_repo(pins.common_dir)
-    marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
-    env = runner.agent_environment(os.environ, opts.keep_env, {
-        **armed.env, "CCM_GUARD_TASK": task.id, "CCM_GUARD_WORKTREE": str(pins.worktree),
-        "CCM_GUARD_SUMMARY": str(Path(task.log_dir, "agent", "summary")),
-        "CCM_GUARD_QUESTION": str(pins.worktree / QUESTION_FILE),
-        marker.split("=", 1)[0]: marker.split("=", 1)[1],
-    })
-    registry.set_option(task.id, "marker", marker)  # discard refuses while such a process lives
-    processes.become_subreaper()
-    since = processes.now_ticks()
-    with processes.watchdog(marker, pins.worktree, since):  # the agent does not outlive ccm-guard
-        agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
-                           opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
-    leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
+    agent: runner.AgentResult | None = None
+    leftovers: tuple[str, ...] = ()
+    if ready.setup is None or ready.setup.ok:
+        env, marker = _environment(opts, task, pins, armed, registry)
+        processes.become_subreaper()
+        since = processes.now_ticks()
+        with processes.watchdog(marker, pins.worktree, since):  # the agent does not outlive ccm-guard
+            agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
+                               opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
+        leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
     failpoints.point("before-gates")
 
     sandboxed = armed.confine is not None
-    verdict = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed)
+
+    def judged() -> Verdict:
+        return judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed, ready.setup_files)
+
+    verdict = judged()
     git_errors = read_git_errors(armed.git_log)
-    recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
+    recovered = None if agent is None else \
+        recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
     if recovered is not None:
         record_commit(registry, task, recovered.commit)  # its trailers are ccm-guard's by right
-        verdict = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed)
+        verdict = judged()
         verdict.recovery = recovered
-    verdict.agent = agent
+    verdict.agent, verdict.setup = agent, ready.setup
     verdict.sandbox, verdict.profile, verdict.identity = armed.sandbox, armed.profile, armed.identity
     if armed.agent.home is not None:
         verdict.gates.append(agent_home.gate(armed.agent.home_before, armed.agent.home.read_watched()))
@@ -167,6 +186,21 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
 
 
 QUESTION_FILE = "question.json"
+
+
+def _environment(opts: ExecOptions, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry
+                 ) -> tuple[dict[str, str], str]:
+    """The agent's (and the setup step's) environment, and the marker every process of the
+    run carries in it: how ccm-guard finds the processes it must stop."""
+    marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
+    env = runner.agent_environment(os.environ, opts.keep_env, {
+        **armed.env, "CCM_GUARD_TASK": task.id, "CCM_GUARD_WORKTREE": str(pins.worktree),
+        "CCM_GUARD_SUMMARY": str(Path(task.log_dir, "agent", "summary")),
+        "CCM_GUARD_QUESTION": str(pins.worktree / QUESTION_FILE),
+        marker.split("=", 1)[0]: marker.split("=", 1)[1],
+    })
+    registry.set_option(task.id, "marker", marker)  # discard refuses while such a process lives
+    return env, marker
 
 
 def read_question(worktree_dir: Path) -> str | None:

@@ -3,13 +3,12 @@ the gates; and the host-side recovery of a commit the sandbox blocked."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Mapping
 
 from ccm_guard import git, worktree
 from ccm_guard.detect import gates, signatures
-from ccm_guard.detect.context import Context, plants, untrusted_reason
+from ccm_guard.detect.context import Context, file_identity, plants, untrusted_reason
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
 from ccm_guard.detect.verdict import Checks, Recovered, Verdict
@@ -92,19 +91,13 @@ def snapshot(pins: Pins) -> Snapshot:
 
 def main_files(main: git.Repo) -> dict[str, str]:
     """The person's dirty and untracked files with an identity each (changes show as a new one)."""
-    found = {}
-    for entry in git.status(main):
-        try:
-            st = os.lstat(Path(main.work_tree or "/", entry.path))
-            found[entry.path] = f"{entry.code}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-        except OSError:
-            found[entry.path] = f"{entry.code}:missing"
-    return found
+    return {entry.path: file_identity(Path(main.work_tree or "/"), entry) for entry in git.status(main)}
 
 
 def judge(
     task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
     registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (), sandboxed: bool = True,
+    setup_files: Mapping[str, str] | None = None,
 ) -> Verdict:
     """Snapshot again (files only, no git), compare, decide trust, run the gates.
     `sandboxed`: the agent could not write the registry (its records excuse for certain)."""
@@ -120,7 +113,8 @@ def judge(
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
                   ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
-                  ccm_commits=recorded_commits(registry.get(task.id)), registry_reachable=not sandboxed)
+                  ccm_commits=recorded_commits(registry.get(task.id)), registry_reachable=not sandboxed,
+                  setup_files=setup_files or {})
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
     if reason:

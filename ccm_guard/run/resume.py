@@ -29,7 +29,7 @@ from ccm_guard.run.exec import (
     write_baseline,
 )
 from ccm_guard.run.judge import main_files, snapshot
-from ccm_guard.state.registry import Registry
+from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree import ops as taskops
 
 
@@ -51,12 +51,23 @@ def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
                            agent=opts.agent, allow_ports=opts.allow_ports)
     before = snapshot(pins)
     main_before = main_files(Repo(Path(task.main_git_dir), pins.common_dir, Path(task.main_worktree)))
-    baseline = write_baseline(Path(task.log_dir, f"baseline-resume-{int(time.time())}.json"), before, main_before)
+    setup_files = _setup_files(task)  # what the first run's setup left is still not the agent's
+    baseline = write_baseline(Path(task.log_dir, f"baseline-resume-{int(time.time())}.json"), before, main_before,
+                              setup_files)
     registry.move(task.id, "ACTIVE", baseline=str(baseline), pid=os.getpid(), command=json.dumps(opts.command))
     registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
     task = registry.get(task.id)
     return run_and_judge(opts, registry, Ready(task=task, pins=pins, role=role, checks=checks, armed=armed,
-                                               before=before, main_before=main_before))
+                                               before=before, main_before=main_before, setup_files=setup_files))
+
+
+def _setup_files(task: Task) -> dict[str, str]:
+    """The setup step's files from the task's previous baseline, if its digest still holds."""
+    path = Path(task.baseline) if task.baseline else None
+    if path is None or not path.exists() or file_digest(path) != task.option("baseline_sha256"):
+        return {}
+    files = json.loads(path.read_text()).get("setup_files")
+    return files if isinstance(files, dict) else {}
 
 
 def _file_question(worktree_dir: Path, log_dir: Path) -> None:

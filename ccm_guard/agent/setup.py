@@ -1,0 +1,77 @@
+"""The setup step: commands (`npm ci`, `python -m venv .venv && ...`) run in the fresh
+worktree before the agent, with the agent's sandbox, shim, hooks and environment, their
+own timeout and their own log.
+
+What setup leaves is the run's starting point: the metadata snapshot is taken after it,
+and the files it leaves uncommitted are recorded (path -> identity) so clean-tree does
+not blame the agent for them unless the agent changed them. A setup that fails stops the
+run before the agent starts (ExitCode.SETUP_FAILED, the log's tail in the verdict).
+Its processes do not outlive it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ccm_guard.agent import processes, runner
+
+TAIL_LINES = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class SetupResult:
+    commands: tuple[str, ...]
+    failed: str | None  # the command that failed (None: all passed)
+    exit_code: int | None  # of the failed command (None: killed by a signal or timed out)
+    timed_out: bool
+    duration: float  # all commands, seconds
+    log_dir: str
+    tail: tuple[str, ...] = ()  # the failed command's last lines of output
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{len(self.commands)} command(s) passed in {self.duration:.1f}s"
+        how = "timed out" if self.timed_out else f"exited {self.exit_code}" if self.exit_code is not None \
+            else "was killed"
+        return f"{self.failed!r} {how}; the agent did not run"
+
+
+def run_setup(commands: tuple[str, ...], *, worktree: Path, env: Mapping[str, str], log_dir: Path,
+              timeout: float, confine: Callable[[], None] | None, marker: str) -> SetupResult:
+    """Each command with /bin/sh in the worktree, in order, stopping at the first failure;
+    `timeout` is for all of them together. Output goes to the person's stderr and to
+    log_dir/<n>/ (stdout stays the verdict's)."""
+    total = 0.0
+    processes.become_subreaper()  # what setup leaves running comes back to us to stop and reap
+    for number, command in enumerate(commands, 1):
+        logs = log_dir / str(number)
+        logs.mkdir(parents=True, exist_ok=True)
+        since = processes.now_ticks()
+        with processes.watchdog(marker, worktree, since):
+            result = runner.run(["/bin/sh", "-c", command], worktree, env, logs, max(timeout - total, 0.001),
+                                grace=2.0, terminal=False, echo_stdout_to_stderr=True, confine=confine)
+        processes.stop(marker, worktree, since)  # a daemon setup started would outlive its judge
+        total += result.duration
+        if not result.ok:
+            return SetupResult(commands, command, result.exit_code, result.timed_out, total, str(log_dir),
+                               _tail(result.logs))
+    return SetupResult(commands, None, 0, False, total, str(log_dir))
+
+
+def _tail(logs: tuple[str, ...]) -> tuple[str, ...]:
+    lines: list[str] = []
+    for path in logs:  # stdout, then stderr: where the error usually is
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(f.tell() - 8192, 0))
+                lines += f.read().decode("utf-8", "replace").splitlines()[-TAIL_LINES:]
+        except OSError:
+            continue
+    return tuple(lines[-TAIL_LINES:])
