@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ccm
+from conftest import ccm
 
 
 def test_demo_prints_nothing_that_will_not_be_there(tmp_path: Path) -> None:

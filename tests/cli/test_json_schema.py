@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from tests.conftest import ROOT, ccm, git, run_exec, write_agent
+from conftest import ROOT, ccm, git, run_exec, write_agent
 
 DOC = (ROOT / "docs" / "json.md").read_text()
 

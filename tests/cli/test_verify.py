@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from tests.conftest import ROOT, ccm, git
+from conftest import ROOT, ccm, git
 
 
 def _commit(repo: Path, files: dict[str, str], message: str = "agent work") -> str:

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import ccm, git, run_exec, write_agent
 
 from ccm_guard.prevent import sandbox
-from tests.conftest import ccm, git, run_exec, write_agent
 
 COMMIT = 'echo done > work.txt\ngit add work.txt\ngit commit -q -m "agent work"\n'
 
