@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from conftest import ROOT, ccm, git
 
 
