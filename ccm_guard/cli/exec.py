@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled, run_options
+from ccm_guard.cli.options import (
+    CONTEXT,
+    complete_roles,
+    complete_tasks,
+    handled,
+    run_options,
+)
 from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 
 
@@ -17,7 +23,7 @@ from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 @click.option("--base", default="HEAD", show_default=True, metavar="REV", help="Commit the task starts from.")
 @click.option("--repo", "repo", type=click.Path(file_okay=False, path_type=Path), default=".",
               help="The repository to work on (default: the current directory).")
-@click.option("--role", metavar="ROLE",
+@click.option("--role", metavar="ROLE", shell_complete=complete_roles,
               help="The agent's role: implementor (default), test-writer, reviewer, qa, or one from the policy.")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A policy file applied on top of the built-in, user and repository policies.")
@@ -111,7 +117,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
 
 
 @click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
-@click.argument("target", required=False, metavar="[TASK|PATH]")
+@click.argument("target", required=False, metavar="[TASK|PATH]", shell_complete=complete_tasks)
 @click.option("--base", metavar="REF", help="For a worktree ccm-guard did not create: the branch its work started from.")
 @click.option("--read-only", is_flag=True, help="Judge as a read-only run (HEAD must not have moved).")
 @click.option("--require-commit/--no-require-commit", default=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
@@ -16,12 +17,43 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def complete_tasks(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion: the ids of known tasks (README, "Shell completion")."""
+    try:
+        from ccm_guard.state.registry import Registry
+
+        registry = Registry()
+        try:
+            return [t.id for t in registry.list(live_only=False) if t.id.startswith(incomplete)]
+        finally:
+            registry.close()
+    except Exception:  # a completion never prints a traceback into the person's prompt
+        return []
+
+
+def complete_roles(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion: the roles of this repository's policy (the built-in ones outside one)."""
+    from ccm_guard import policy
+
+    try:
+        from ccm_guard.detect.policy_at import for_checkout
+
+        names = sorted(for_checkout(Path.cwd(), "HEAD", None)[1].roles)
+    except Exception:
+        names = sorted(policy.BUILTIN)
+    return [n for n in names if n.startswith(incomplete)]
+
+
 def handled(fn: F) -> F:
     """One handler for every expected failure: one line, a documented exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         as_json = kwargs.get("as_json", False)
+        if as_json:
+            from ccm_guard import progress
+
+            progress.quiet()  # stderr may be a terminal, but an orchestrator reads this
         try:
             return fn(*args, **kwargs)
         except GuardError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled, json_text
+from ccm_guard.cli.options import CONTEXT, complete_roles, handled, json_text
 from ccm_guard.errors import EXIT_CODE_TABLE
 
 
@@ -37,7 +37,7 @@ def policy() -> None:
 
 
 @policy.command("show", context_settings=CONTEXT)
-@click.option("--role", metavar="ROLE", help="Only this role (default: all).")
+@click.option("--role", metavar="ROLE", shell_complete=complete_roles, help="Only this role (default: all).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
 @click.option("--json", "as_json", is_flag=True)
 @handled
@@ -75,7 +75,7 @@ def policy_check(file: Path | None) -> None:
 @click.command("check-paths", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("rev_range", required=False, metavar="[REV-RANGE]")
 @click.option("--staged", is_flag=True, help="Check what is staged for the next commit (the default).")
-@click.option("--role", metavar="ROLE",
+@click.option("--role", metavar="ROLE", shell_complete=complete_roles,
               help="The role whose rules apply (default: a range, the policy's default role; the staged "
                    "change, your own commit, only what breaks any checkout).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
@@ -105,7 +105,7 @@ def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_fi
 
 @click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
 @click.argument("rev_range", required=False, metavar="[BASE..HEAD]")
-@click.option("--role", metavar="ROLE", help="The role the agent ran as (default: the policy's default role).")
+@click.option("--role", metavar="ROLE", shell_complete=complete_roles, help="The role the agent ran as (default: the policy's default role).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), help="An extra policy file.")
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON (docs/json.md).")
 @click.option("--format", "fmt", type=click.Choice(["text", "github"]), default="text", show_default=True,
@@ -195,7 +195,7 @@ def _show(report: "object", as_json: bool) -> None:
 @click.argument("repo", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--worktree", "linked", type=click.Path(file_okay=False, path_type=Path),
               help="Guard one linked worktree only (per-worktree config): its branch is the only ref it may move.")
-@click.option("--role", metavar="ROLE", help="With --worktree: the role whose path rules pre-commit applies.")
+@click.option("--role", metavar="ROLE", shell_complete=complete_roles, help="With --worktree: the role whose path rules pre-commit applies.")
 @click.option("--force", is_flag=True, help="Install even though core.hooksPath is set (the old hooks are chained).")
 @click.option("--json", "as_json", is_flag=True)
 @handled

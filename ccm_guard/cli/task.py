@@ -9,7 +9,13 @@ from typing import Any, Callable
 
 import click
 
-from ccm_guard.cli.options import CONTEXT, handled, json_text, run_options
+from ccm_guard.cli.options import (
+    CONTEXT,
+    complete_tasks,
+    handled,
+    json_text,
+    run_options,
+)
 from ccm_guard.errors import EXIT_CODE_TABLE
 
 
@@ -22,7 +28,8 @@ def _task_command(name: str, *params: Callable[[Any], Any], json_flag: bool = Tr
             fn = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
         for param in reversed(params):
             fn = param(fn)
-        return task.command(name, context_settings=CONTEXT, epilog=epilog)(click.argument("task_id", metavar="TASK")(fn))
+        return task.command(name, context_settings=CONTEXT, epilog=epilog)(
+            click.argument("task_id", metavar="TASK", shell_complete=complete_tasks)(fn))
     return wrap
 
 

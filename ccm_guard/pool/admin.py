@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ccm_guard import failpoints, git
+from ccm_guard import failpoints, git, progress
 from ccm_guard.errors import RepoError, StateError
 from ccm_guard.pool.records import (
     LIVE_STATES,
@@ -117,8 +117,9 @@ def make(registry: Registry, config: RepoConfig, base: str, count: int) -> list[
     """`count` new ready entries at `base`; on any failure none of them is left half-made."""
     made: list[Entry] = []
     try:
-        for _ in range(count):
-            made.append(_make(registry, config, base))
+        for number in range(1, count + 1):
+            with progress.step(f"making pool worktree {number} of {count}"):
+                made.append(_make(registry, config, base))
         failpoints.point("pool-before-settle")
         _settle(registry, made)
     except BaseException:

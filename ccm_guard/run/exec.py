@@ -11,7 +11,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Mapping
 
-from ccm_guard import failpoints, git, worktree
+from ccm_guard import failpoints, git, progress, worktree
 from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.agent.setup import SetupResult, run_setup
@@ -100,7 +100,8 @@ def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
 
     if not os.path.lexists(main_top / INCLUDE_FILE):
         return []
-    result = copy_included(main_top, new, link_dirs)
+    with progress.step(f"copying the files {INCLUDE_FILE} names"):
+        result = copy_included(main_top, new, link_dirs)
     how = ", ".join(f"{n} by {kind}" for kind, n in sorted(result.by_how.items()))
     return [f"{INCLUDE_FILE}: brought {result.files} ignored file(s), {result.bytes} bytes ({how or 'none'})",
             *result.warnings, *(f"{INCLUDE_FILE}: skipped {path}: {why}" for path, why in result.skipped[:20])]

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ccm_guard import failpoints, git
+from ccm_guard import failpoints, git, progress
 from ccm_guard.agent import processes
 from ccm_guard.agent.processes import Proc
 from ccm_guard.errors import GitError, RepoError, StateError, UsageError
@@ -131,7 +131,7 @@ def _from_pool(p: Plan, registry: Registry, asked: bool) -> Path | None:
 
 def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
     if not cone:
-        with admin_lock(p.main.common_dir):
+        with admin_lock(p.main.common_dir), progress.step("checking out the task's worktree"):
             git.worktree_add(host, p.worktree, p.branch, p.base)
         return admin_dir_of(p.worktree, p.main.common_dir)
     # Sparse: the metadata first (~10 ms at any size), then the cone, then the checkout of
@@ -141,7 +141,8 @@ def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
     admin = admin_dir_of(p.worktree, p.main.common_dir)
     repo = git.Repo(admin, p.main.common_dir, p.worktree)
     git.sparse_set_cone(repo, cone)
-    git.reset_hard(repo)
+    with progress.step("checking out the task's sparse worktree"):
+        git.reset_hard(repo)
     return admin
 
 
@@ -189,7 +190,9 @@ def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: 
     `clean` (the clean-tree gate passed) spares building a commit of the work tree.
     Returns the archive ref, or None when there was no work at all to keep.
     """
-    commit = head if clean else git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n", IDENTITY)
+    with progress.step("archiving the task's work"):
+        commit = head if clean else git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n",
+                                                       IDENTITY)
     if commit == head or git.tree_of(host, commit) == git.tree_of(host, head):
         if head == base:
             return None
