@@ -17,6 +17,27 @@ def policy_at(repo: git.Repo | None, rev: str | None, override: Path | None) -> 
     return policy.load(rev, committed, override)
 
 
+def role_at(repo: git.Repo, rev: str, override: Path | None, name: str | None, *, checkout: Path) -> Role:
+    """The role `name` of the policy committed at `rev`; when there is no such role and the
+    person's checkout holds a policy file that differs from the committed one, the error
+    says that exec reads the committed one (an agent cannot edit that)."""
+    committed = git.files_at(repo, rev, list(policy.COMMITTED_FILES))
+    try:
+        return policy.load(rev, committed, override).role(name)
+    except policy.PolicyError as exc:
+        from ccm_guard.files import read_regular
+
+        differs = [p for p in policy.COMMITTED_FILES
+                   if (data := read_regular(checkout / p, policy.POLICY_LIMIT)) is not None
+                   and data != committed.get(p)]
+        if not differs or "unknown role" not in exc.message:
+            raise
+        raise policy.PolicyError(
+            f"unknown role {name!r} in the policy committed at {rev[:12]}; your working-tree {', '.join(differs)} "
+            "differs from it, but exec reads the committed policy (an agent cannot edit that): commit it, "
+            "then run exec again") from None
+
+
 def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple[git.Repo, Policy]:
     """The repository holding `start`, and its effective policy as committed at `rev` (HEAD)."""
     repo = git.discover(start).repo()

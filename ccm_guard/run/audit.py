@@ -98,8 +98,11 @@ def _accept(registry: Registry, task: Task, verdict: Verdict, ran: dict[str, Any
 def audit_target(target: str | None, base_ref: str | None, registry: Registry,
                  read_only: bool = False, require_commit: bool | None = None, accept: bool = False) -> Verdict:
     """Audit a task by id, the task owning a path, or any worktree against a base."""
-    if target and not os.path.exists(target) and registry.exists(target):
-        return audit_task(target, registry, read_only, require_commit, accept)
+    if target and not os.path.exists(target):
+        if registry.exists(target):
+            return audit_task(target, registry, read_only, require_commit, accept)
+        raise StateError(f"no task {target!r} and no directory of that name: `ccm-guard task list --all` shows "
+                         "the known tasks; give a task id or a path inside a worktree")
     where = Path(target or ".").resolve()
     found = git.discover(where)
     for task in registry.list(repo=str(found.common_dir), live_only=False):

@@ -16,7 +16,7 @@ from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.agent.setup import SetupResult, run_setup
 from ccm_guard.detect import agent_home
-from ccm_guard.detect.policy_at import policy_at
+from ccm_guard.detect.policy_at import role_at
 from ccm_guard.detect.snapshot import Snapshot
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import NotARepository, StateError
@@ -51,7 +51,8 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     except NotARepository as exc:
         raise PlainDirectory(str(opts.start)) from exc
     # The policy comes from the base commit, before the agent exists: it cannot edit it.
-    role = policy_at(layout.host_repo(plan.main.common_dir), plan.base, opts.policy).role(opts.role)
+    role = role_at(layout.host_repo(plan.main.common_dir), plan.base, opts.policy, opts.role,
+                   checkout=plan.main.toplevel)
     role = sparse_role(role, opts.sparse)  # a change outside the cone fails path-policy
     checks = Checks.of(role, opts.read_only, opts.require_commit, str(opts.policy) if opts.policy else None)
     prevention.check_options(opts.sandbox, opts.no_network, opts.agent)

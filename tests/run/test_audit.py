@@ -70,8 +70,10 @@ def test_audit_refuses_to_run_git_where_config_would_run_code(repo: Path, tmp_pa
 
 def test_audit_of_an_unknown_task_or_path(tmp_path: Path) -> None:
     proc = ccm("audit", "no-such-task", cwd=tmp_path)
-    assert proc.returncode == 5
-    assert "not a directory" in proc.stderr or "not in a git repository" in proc.stderr
+    assert proc.returncode == 7  # as `task show` of an unknown task
+    assert "no task 'no-such-task'" in proc.stderr
+    outside = ccm("audit", str(tmp_path), cwd=tmp_path)  # a directory that is in no repository
+    assert outside.returncode == 5 and "not in a git repository" in outside.stderr
 
 
 def test_a_task_whose_ccm_guard_was_killed_is_explained_and_auditable(repo: Path, tmp_path: Path) -> None:

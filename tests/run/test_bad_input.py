@@ -229,3 +229,19 @@ def test_a_timeout_wins_over_the_unfinished_work_it_explains_but_not_over_a_secu
     proc = ccm("exec", "--sandbox", "none", "--timeout", "1", "--json", "--", str(moving), cwd=repo)
     assert proc.returncode == ExitCode.GATES_FAILED
     assert json.loads(proc.stdout)["exit_code"] == 1
+
+
+def test_a_role_only_in_the_uncommitted_policy_says_exec_reads_the_committed_one(repo: Path) -> None:
+    (repo / ".ccm-guard.toml").write_text('[roles.docs]\nextends = "implementor"\nallow = ["docs/"]\n')
+    assert ccm("policy", "check", cwd=repo).returncode == 0  # the file itself is fine
+    proc = ccm("exec", "--role", "docs", "--", "true", cwd=repo)
+    assert proc.returncode == ExitCode.USAGE
+    line = one_line_error(proc)
+    assert "working-tree .ccm-guard.toml differs" in line and "exec reads the committed policy" in line
+    assert_nothing_left(repo)
+
+
+def test_audit_of_an_unknown_task_is_a_state_error(repo: Path) -> None:
+    proc = ccm("audit", "nope", cwd=repo)
+    assert proc.returncode == ExitCode.STATE == ccm("task", "show", "nope", cwd=repo).returncode
+    assert "no task 'nope'" in one_line_error(proc) and "task list --all" in proc.stderr
