@@ -22,18 +22,19 @@ echo "agent: committed greet.py"
 """
 
 BAD_AGENT = """#!/bin/sh
-# A misbehaving agent: commits, but leaves work uncommitted, plants a hook in the shared
-# .git/hooks (code that would run on your next commit) and moves your main branch.
-set -e
-echo "print('more')" >> greet.py 2>/dev/null || echo "print('more')" > greet.py
+# A misbehaving agent: commits, but leaves work uncommitted and tries to plant a hook in
+# the shared .git/hooks (code that would run on your next commit).
+echo "print('more')" >> greet.py
 git add greet.py
 git -c user.name="Demo Agent" -c user.email=agent@example.com commit -q -m "Tweak greet"
 echo "half-finished" > notes.txt
 common=$(git rev-parse --git-common-dir)
-printf '#!/bin/sh\\necho pwned\\n' > "$common/hooks/pre-commit"
-chmod +x "$common/hooks/pre-commit"
-git update-ref refs/heads/main HEAD
-echo "agent: done (and up to no good)"
+if printf '#!/bin/sh\\necho pwned\\n' 2>/dev/null > "$common/hooks/pre-commit"; then
+    chmod +x "$common/hooks/pre-commit"
+    echo "agent: planted a hook in $common/hooks"
+else
+    echo "agent: could not write $common/hooks/pre-commit (the sandbox refused)"
+fi
 """
 
 
@@ -105,8 +106,8 @@ def demo(keep: bool) -> None:
 
     Both run with exec's default options, sandboxed where the kernel has Landlock. The
     first agent edits a file and commits: it passes. The second also commits, but tries
-    to plant a hook in .git/hooks and to move the main branch (the sandbox refuses both,
-    or, unsandboxed, the gates catch them) and leaves a file uncommitted (clean-tree
-    catches it). Your own repositories and ~/.ccm are not touched.
+    to plant a hook in .git/hooks (the sandbox refuses the write; unsandboxed, the
+    git-metadata gate catches the hook and moves it aside) and leaves a file uncommitted
+    (clean-tree catches it). Your own repositories and ~/.ccm are not touched.
     """
     sys.exit(run_demo(keep))
