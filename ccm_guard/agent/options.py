@@ -34,3 +34,6 @@ class ExecOptions:
     sparse: tuple[str, ...] = ()  # cone-mode sparse checkout of these directories (never pooled)
     setup: tuple[str, ...] | None = None  # commands before the agent (run/setup.py); None: the role's
     setup_timeout: float | None = None  # None: the role's setup_timeout
+    check: str | None = None  # run after an agent whose run passed (a fork's test suite); its writes put back
+    check_timeout: float = 600.0
+    group: str | None = None  # the fork group this task belongs to (run/fork.py)

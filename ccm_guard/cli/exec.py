@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,9 @@ from ccm_guard.cli.options import (
     run_options,
 )
 from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from ccm_guard.agent.options import ExecOptions
 
 
 @click.command("exec", context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)
@@ -54,16 +58,32 @@ from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 @click.option("--no-setup", is_flag=True, help="Skip the policy's setup step for this run.")
 @click.option("--setup-timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Time for all setup commands together (default: the role's setup_timeout, 600).")
+@click.option("--check", metavar="CMD",
+              help="After an agent whose run passed, run CMD (e.g. 'pytest -q') in its worktree, in its sandbox; "
+              "its result goes into the verdict and a fork comparison, and what it writes is put back.")
+@click.option("--check-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              metavar="SECONDS", help="Time for --check.")
+@click.option("--fork", "fork_count", type=click.IntRange(min=2), metavar="N",
+              help="Run N tasks TASK-1 ... TASK-N of the command from one base, side by side, and compare them "
+              "(`ccm-guard task pick TASK-K` applies one and archives the rest).")
+@click.option("--fork-cmd", "fork_cmds", multiple=True, metavar="CMD",
+              help="With forks, a different command per fork (repeatable, run with /bin/sh); N defaults to "
+              "their count and no command after -- is needed.")
+@click.option("--jobs", type=click.IntRange(min=1), metavar="J",
+              help="Forks running at once (default: the number of cores).")
+@click.option("--group", hidden=True, help="The fork group this run belongs to (set by --fork for each fork).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the verdict as JSON on stdout (the agent's stdout then goes to stderr).")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @handled
 def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, grace: float, role: str | None,
              policy_file: Path | None, read_only: bool, require_commit: bool | None, on_fail: str, cleanup: bool,
              keep_env: tuple[str, ...], terminal: bool | None, sandbox_mode: str, no_network: bool,
              allow_ports: tuple[int, ...], agent: str | None, as_json: bool, command: tuple[str, ...], apply_on_pass: bool = False,
              snapshot_every: int | None = None, link_dirs: bool = False, use_pool: bool | None = None, sparse: tuple[str, ...] = (),
-             setup: tuple[str, ...] = (), no_setup: bool = False, setup_timeout: float | None = None) -> None:
+             setup: tuple[str, ...] = (), no_setup: bool = False, setup_timeout: float | None = None,
+             check: str | None = None, check_timeout: float = 600.0, fork_count: int | None = None,
+             fork_cmds: tuple[str, ...] = (), jobs: int | None = None, group: str | None = None) -> None:
     """Run COMMAND in a new guarded worktree and judge what it did.
 
     \b
@@ -72,6 +92,7 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
       ccm-guard exec --task fix-login --timeout 900 -- claude -p "fix the login bug"
       ccm-guard exec --read-only --no-require-commit -- ./review.sh
       ccm-guard exec --setup "npm ci" -- claude -p "make the tests pass"
+      ccm-guard exec --fork 3 --check "pytest -q" -- claude -p "fix the flaky test"
 
     A relative program path is taken from where you run ccm-guard. The agent runs with
     its cwd in the worktree, in its own session, with SSH agent, tmux, D-Bus, Docker and
@@ -110,10 +131,35 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         sandbox=sandbox_mode, no_network=no_network, allow_ports=allow_ports, agent=agent, apply=apply_on_pass,
         snapshot_every=snapshot_every, link_dirs=link_dirs, pool=use_pool, sparse=sparse,
         setup=() if no_setup else setup or None, setup_timeout=setup_timeout,
+        check=check, check_timeout=check_timeout, group=group,
     )
+    if fork_count is not None or fork_cmds:
+        _fork(opts, fork_count, fork_cmds, jobs, as_json)
+    if not command:
+        raise UsageError("no agent command: put it after -- (ccm-guard exec -- claude -p '...')")
     verdict = execute(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(int(verdict.exit_code))
+
+
+def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jobs: int | None,
+          as_json: bool) -> None:
+    """The forks of `exec --fork`, then their comparison; exit 0 when one can be picked."""
+    from ccm_guard.cli.options import json_text
+    from ccm_guard.cli.render import render_comparison
+    from ccm_guard.run import fork
+    from ccm_guard.state.registry import Registry
+
+    registry = Registry()
+    commands = fork.fork_commands(opts.command, count, fork_cmds)
+    group, runs = fork.run_forks(opts, commands, jobs or fork.default_jobs(), registry, echo=sys.stderr)
+    comparison = fork.compare(registry, group)
+    errors = {r.task: r.error for r in runs if r.error}
+    if as_json:
+        click.echo(json_text({**comparison.to_json(), "errors": errors}))
+    else:
+        click.echo(render_comparison(comparison, errors))
+    sys.exit(0 if comparison.best else int(ExitCode.GATES_FAILED))
 
 
 @click.command(context_settings=CONTEXT, epilog=EXIT_CODE_TABLE)

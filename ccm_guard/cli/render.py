@@ -14,6 +14,7 @@ from ccm_guard.text import safe
 
 if TYPE_CHECKING:
     from ccm_guard.detect.verify import RangeReport
+    from ccm_guard.run.fork import Comparison
 
 
 def to_json(verdict: Verdict) -> str:
@@ -49,7 +50,8 @@ def _render(v: Verdict, places: bool) -> str:
     lines = [f"ccm-guard: {mark}  task {safe(v.task)}  branch {safe(v.branch)}  base {v.base[:12]}"]
     lines.extend(f"  note: {safe(note)}" for note in v.notes)
     if v.setup is not None:
-        lines.append(f"  setup: {safe(v.setup.describe())}   (logs in {v.setup.log_dir})")
+        lines.append(f"  setup: {safe(v.setup.describe())}{'' if v.setup.ok else '; the agent did not run'}"
+                     f"   (logs in {v.setup.log_dir})")
         lines.extend(f"    | {safe(line)[:200]}" for line in v.setup.tail)
     if v.agent is not None:
         lines.append("  agent: " + _agent_line(v.agent) + f"  sandbox: {v.sandbox}  profile: {v.profile}")
@@ -168,3 +170,40 @@ def render_apply(a: dict[str, Any]) -> list[str]:
     if a.get("checkout"):
         lines.append(f"  updated your checkout: {safe(a['checkout'])}")
     return lines
+
+
+def render_comparison(c: "Comparison", errors: dict[str, str] | None = None) -> str:
+    """A fork group side by side (`exec --fork`, `task compare`)."""
+    lines = [f"ccm-guard: {len(c.forks)} forks of {safe(c.group)} from base {c.base[:12]}",
+             f"  {'FORK':30} {'VERDICT':14} {'FILES':>5} {'+/-':>12} {'COMMITS':>7}  {'AGENT':14} CHECK"]
+    for f in c.forks:
+        verdict = (f.outcome or f"({f.status.lower()})") + (" *" if f.pickable else "")
+        agent = f"{f.agent_seconds:.1f}s exit {f.agent_exit}" if f.agent_seconds is not None else "-"
+        check = "-" if f.check is None else (
+            f"{'pass' if f.check['ok'] else 'timed out' if f.check['timed_out'] else 'fail'} "
+            f"{f.check['duration']:.1f}s" + (f" (put back {len(f.check['discarded'])} file(s))"
+                                           if f.check["discarded"] else ""))
+        lines.append(f"  {safe(f.task):30} {verdict:14} {len(f.files):>5} {f'+{f.added} -{f.deleted}':>12} "
+                     f"{f.commits:>7}  {agent:14} {check}")
+        if f.failed_gates:
+            lines.append(f"  {'':30} failed: {', '.join(f.failed_gates)}")
+        if errors and f.task in errors:
+            lines.append(f"  {'':30} error: {safe(errors[f.task])}")
+    overlaps = c.overlaps
+    if overlaps:
+        lines.append("  changed by more than one fork:")
+        lines.extend(f"    {safe(path)}: {', '.join(tasks)}" for path, tasks in list(overlaps.items())[:MAX_PATHS])
+        if len(overlaps) > MAX_PATHS:
+            lines.append(f"    ... and {len(overlaps) - MAX_PATHS} more (--json lists all)")
+    best = c.best
+    lines.append("  (* passed its gates" + (" and its check" if any(f.check for f in c.forks) else "") + ")")
+    lines.append("  next:")
+    if best:
+        lines.append(f"    pick:    ccm-guard task pick {best.task}   (applies it; archives the others)")
+    passed = [f.task for f in c.forks if f.pickable]
+    if len(passed) > 1:
+        lines.append(f"    compare: ccm-guard task diff {passed[0]} {passed[1]}")
+    lines.append(f"    again:   ccm-guard task compare {c.group}")
+    if not best:
+        lines.append(f"    inspect: ccm-guard task show {c.forks[0].task}   (no fork passed)")
+    return "\n".join(lines)

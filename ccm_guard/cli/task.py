@@ -73,7 +73,9 @@ def task_list(show_all: bool, all_repos: bool, as_json: bool) -> None:
     from ccm_guard.text import human_age
 
     repo = None if all_repos else _current_repository()
-    tasks = Registry().list(repo=repo, live_only=not show_all)
+    from ccm_guard.run.fork import sorted_by_group
+
+    tasks = sorted_by_group(Registry().list(repo=repo, live_only=not show_all))  # a fork group together
     if as_json:
         click.echo(json_text([t.to_json() for t in tasks], key="tasks"))
         return
@@ -152,13 +154,55 @@ def task_show(task_id: str, as_json: bool) -> None:
         click.echo(f"{'snapshots:':15} " + ", ".join(f"{n}={sha[:12]}" for n, sha in extra["snapshots"].items()))
 
 
-@_task_command("diff", json_flag=False)
-def task_diff(task_id: str) -> None:
-    """The task's change against its base, as `git diff` shows it (uncommitted work included)."""
+@_task_command("diff", click.argument("other", required=False, metavar="[OTHER]", shell_complete=complete_tasks),
+               json_flag=False)
+def task_diff(task_id: str, other: str | None) -> None:
+    """The task's change against its base, as `git diff` shows it (uncommitted work included);
+    with OTHER, how the two tasks' work differs (two forks: `task diff T-2 T-3`)."""
     from ccm_guard.state.registry import Registry
     from ccm_guard.worktree.ops import diff
 
-    click.echo(diff(Registry(), task_id), nl=False)
+    click.echo(diff(Registry(), task_id, other), nl=False)
+
+
+@_task_command("compare")
+def task_compare(task_id: str, as_json: bool) -> None:
+    """The forks of a fork group side by side (`exec --fork`): verdict, failed gates, files,
+    lines, commits, agent time and exit, check; and which files several forks changed.
+    TASK is the group's name (its forks are TASK-1, TASK-2, ...)."""
+    from ccm_guard.cli.render import render_comparison
+    from ccm_guard.run.fork import compare
+    from ccm_guard.state.registry import Registry
+
+    found = compare(Registry(), task_id)
+    click.echo(json_text(found.to_json()) if as_json else render_comparison(found))
+
+
+@_task_command(
+    "pick",
+    click.option("--into", metavar="REF", help="Where to land it (as task apply)."),
+    click.option("--strategy", type=click.Choice(["merge", "squash", "ff"]), default="merge", show_default=True,
+                 help="As task apply."),
+    epilog=EXIT_CODE_TABLE)
+def task_pick(task_id: str, into: str | None, strategy: str, as_json: bool) -> None:
+    """Apply one fork (as `task apply`; one that failed its gates is refused) and discard
+    its siblings, each archived first (`task restore` brings one back)."""
+    from ccm_guard.cli.render import render_apply
+    from ccm_guard.run.fork import pick
+    from ccm_guard.run.tasks import apply, discard
+    from ccm_guard.state.registry import Registry
+
+    registry = Registry()
+    result = pick(registry, task_id,
+                  apply=lambda: apply(registry, task_id, into=into, how=strategy, retries=10).to_json(),
+                  discard=lambda sibling: discard(registry, sibling))
+    lines = [f"ccm-guard: PICKED  task {task_id} of {result['group']}",
+             *("  " + line for line in render_apply(result["applied"]))]
+    lines += [f"  discarded {d['task']} (archive: {d['archive'] or 'no work'})" for d in result["discarded"]]
+    lines += [f"  left {item['task']}: {item['reason']}" for item in result["left"]]
+    lines += ["  next:", f"    undo:    ccm-guard task rollback {task_id}"]
+    lines += [f"    restore: ccm-guard task restore {d['task']}" for d in result["discarded"][:1]]
+    _emit(result, as_json, lines)
 
 
 @_task_command(

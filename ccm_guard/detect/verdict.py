@@ -13,7 +13,7 @@ from ccm_guard.git import FileStat
 from ccm_guard.policy import Role
 
 if TYPE_CHECKING:
-    from ccm_guard.agent.setup import SetupResult
+    from ccm_guard.agent.steps import StepResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +85,8 @@ class Verdict:
     notes: list[str] = dataclasses.field(default_factory=list)  # how this run differs (a copied directory, ...)
     # Plants (context.plants) relative to the common dir; dispose moves them into the logs.
     plants: list[str] = dataclasses.field(default_factory=list)
-    setup: SetupResult | None = None  # the setup step, when the run had one
+    setup: StepResult | None = None  # the setup step, when the run had one
+    check: StepResult | None = None  # --check after a passing run: it does not change the verdict
 
     @property
     def gates_passed(self) -> bool:

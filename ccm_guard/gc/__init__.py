@@ -119,7 +119,10 @@ def _plan_repo(common: Path, rows: list[Task], dirs: list[Path], opts: Options) 
     # Every task branch and archive in two git calls, not two per row (rows pile up for years).
     branches = git.refs_under(host, TASK_BRANCHES)
     refs = {**branches, **git.refs_under(host, ARCHIVE_PREFIX), **git.refs_under(host, SNAPSHOT_PREFIX)}
-    actions += [a for t in rows for a in [_plan_task(host, t, entries, held, refs, opts)] if a]
+    # A fork group is one: nothing of it goes while any of its forks still runs.
+    busy = {t.option("group") for t in rows if t.status in RUNNING and running(t) and t.option("group")}
+    actions += [a for t in rows if t.option("group") not in busy or not t.option("group")
+                for a in [_plan_task(host, t, entries, held, refs, opts)] if a]
     tasked = {t.id for t in rows} & {a.task for a in actions if a.task}
     claimed = branch_refs(rows)
     actions += [plan_dir(host, path, entries, held, claimed) for path in dirs]

@@ -79,6 +79,12 @@ def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
     run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
 
 
+def clean_untracked(repo: Repo) -> None:
+    """Remove untracked files and directories git does not ignore (`clean -ffd`): ignored
+    ones (caches, build output) stay."""
+    run(["clean", "-ffdq"], repo)
+
+
 def reset_work_tree(repo: Repo, head: str, work: str | None = None) -> None:
     """The work tree (and its branch) exactly at `head`, then `work`'s files on top as
     uncommitted changes: how an archive or a snapshot with uncommitted work comes back."""

@@ -8,14 +8,16 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
 from ccm_guard import failpoints, git, progress, worktree
 from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
-from ccm_guard.agent.setup import SetupResult, run_setup
+from ccm_guard.agent.steps import StepResult, run_steps
 from ccm_guard.detect import agent_home
+from ccm_guard.detect.context import file_identity
 from ccm_guard.detect.policy_at import role_at
 from ccm_guard.detect.snapshot import Snapshot
 from ccm_guard.detect.verdict import Checks, Verdict
@@ -61,7 +63,8 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     # role's path rules for the pre-commit hook (pathspec's import is slow, if needed).
     main_status = Later(lambda: main_files(main))
     compiled = Later(lambda: _compiled_rules(role))
-    pins, task = worktree.create(plan, registry, opts.command, checks.to_json(), pool=opts.pool,
+    recorded = {**checks.to_json(), **({"group": opts.group} if opts.group else {})}  # a fork's group
+    pins, task = worktree.create(plan, registry, opts.command, recorded, pool=opts.pool,
                                  sparse=opts.sparse)
     main_before = main_status.result()
     try:
@@ -84,13 +87,13 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
 
 
 def _setup(opts: ExecOptions, role: Role, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry
-           ) -> tuple[SetupResult | None, dict[str, str]]:
+           ) -> tuple[StepResult | None, dict[str, str]]:
     """The setup step, if the run has one, and what it left uncommitted (path -> identity)."""
     commands = role.setup if opts.setup is None else opts.setup
     if not commands:
         return None, {}
     env, marker = _environment(opts, task, pins, armed, registry)
-    result = run_setup(commands, worktree=pins.worktree, env=env, log_dir=Path(task.log_dir, "setup"),
+    result = run_steps(commands, worktree=pins.worktree, env=env, log_dir=Path(task.log_dir, "setup"),
                        timeout=opts.setup_timeout or role.setup_timeout, confine=armed.confine, marker=marker)
     return result, main_files(git.Repo(pins.admin_dir, pins.common_dir, pins.worktree))
 
@@ -133,7 +136,7 @@ class Ready:
     before: Snapshot  # the metadata snapshot the gates compare against
     main_before: Mapping[str, str] | None  # the person's dirty and untracked files
     notes: tuple[str, ...] = ()  # for the verdict (what .worktreeinclude brought, ...)
-    setup: SetupResult | None = None  # the setup step's result (its failure: the agent does not run)
+    setup: StepResult | None = None  # the setup step's result (its failure: the agent does not run)
     setup_files: Mapping[str, str] | None = None  # what setup left uncommitted: not the agent's
 
 
@@ -178,6 +181,8 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     identity = identity_note(git_errors) if armed.identity is not None else None
     if identity:
         verdict.notes.append(identity)
+    if opts.check and verdict.exit_code == 0 and verdict.git_trusted and verdict.head:
+        verdict.check = _check(opts, ready, registry, verdict.head)
     if opts.snapshot_every is None:
         opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)
     try:
@@ -188,6 +193,31 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
 
 
 QUESTION_FILE = "question.json"
+
+
+def _check(opts: ExecOptions, ready: Ready, registry: Registry, head: str) -> StepResult:
+    """--check in the passed task's worktree, in its sandbox; then whatever it wrote outside
+    ignored files (and a move of the branch) is put back: a check never changes the work."""
+    assert opts.check is not None
+    pins = ready.pins
+    env, marker = _environment(opts, ready.task, pins, ready.armed, registry)
+    result = run_steps((opts.check,), worktree=pins.worktree, env=env, log_dir=Path(ready.task.log_dir, "check"),
+                       timeout=opts.check_timeout, confine=ready.armed.confine, marker=marker)
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    moved = git.resolve_commit(repo, pins.branch_ref)
+    if moved != head:
+        git.update_ref(repo, pins.branch_ref, head, moved, message="ccm-guard: undo what --check committed")
+        git.reset_hard(repo, head)
+    setup_files = ready.setup_files or {}
+    wrote = [e.path for e in git.status(repo) if setup_files.get(e.path) != file_identity(pins.worktree, e)]
+    for path in wrote:
+        if not git.restore_path(repo, head, path):  # not in the commit: the check made it
+            target = pins.worktree / path
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+    return dataclasses.replace(result, discarded=tuple(wrote), moved_branch=moved != head)
 
 
 def _environment(opts: ExecOptions, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry

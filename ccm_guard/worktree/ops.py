@@ -19,6 +19,7 @@ from ccm_guard.errors import (
     GuardError,
     StateError,
     UntrustedRepoError,
+    UsageError,
 )
 from ccm_guard.git import config as configfile
 from ccm_guard.git import layout
@@ -182,18 +183,25 @@ def _half_restored(host: git.Repo, task: Task, head: str) -> bool:
 # --- diff ----------------------------------------------------------------------------------
 
 
-def diff(registry: Registry, task_id: str) -> str:
-    """The task's change against its base as git shows it, uncommitted work included."""
+def diff(registry: Registry, task_id: str, other_id: str | None = None) -> str:
+    """The task's change against its base as git shows it, uncommitted work included; with
+    `other_id`, from that task's work to this one's (two forks of one group)."""
     task = registry.get(task_id)
     host = layout.host_repo(Path(task.repo))
-    pins = pins_of(task)
-    if pins.worktree.is_dir():
+    if other_id is None:
+        return git.diff_text(host, task.base, _work(task, host))
+    other = registry.get(other_id)
+    if other.repo != task.repo:
+        raise UsageError(f"tasks {task_id} and {other_id} are of different repositories: nothing to compare")
+    return git.diff_text(host, _work(other, host), _work(task, host))
+
+
+def _work(task: Task, host: git.Repo) -> str:
+    """A commit of all of the task's work: its worktree's (uncommitted included), or its archive."""
+    if pins_of(task).worktree.is_dir():
         repo = task_repo(task)
-        head = _work_head(task, repo, host)
-        work = git.archive_commit(repo, head, "ccm-guard diff\n", worktree.IDENTITY)
-    else:
-        archive = (task.option("archive") or {}).get("ref")
-        work = (git.resolve_commit(host, archive) if archive else None) or _work_head(task, None, host)
-    return git.diff_text(host, task.base, work)
+        return git.archive_commit(repo, _work_head(task, repo, host), "ccm-guard diff\n", worktree.IDENTITY)
+    archive = (task.option("archive") or {}).get("ref")
+    return (git.resolve_commit(host, archive) if archive else None) or _work_head(task, None, host)
 
 
