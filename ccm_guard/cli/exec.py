@@ -15,7 +15,7 @@ from ccm_guard.cli.options import (
     handled,
     run_options,
 )
-from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
+from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, GuardError, UsageError
 
 if TYPE_CHECKING:
     from ccm_guard.agent.options import ExecOptions
@@ -142,6 +142,14 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     sys.exit(int(verdict.exit_code))
 
 
+class ForkRefused(GuardError):
+    """Every fork's exec refused before making anything: its reason and exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = next((c for c in ExitCode if c == code), ExitCode.USAGE)
+
+
 def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jobs: int | None,
           as_json: bool) -> None:
     """The forks of `exec --fork`, then their comparison; exit 0 when one can be picked."""
@@ -153,8 +161,12 @@ def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jo
     registry = Registry()
     commands = fork.fork_commands(opts.command, count, fork_cmds)
     group, runs = fork.run_forks(opts, commands, jobs or fork.default_jobs(), registry, echo=sys.stderr)
-    comparison = fork.compare(registry, group)
     errors = {r.task: r.error for r in runs if r.error}
+    if not any(registry.exists(r.task) for r in runs):  # refused before any fork was made (a bad command)
+        first = runs[0]
+        raise ForkRefused(f"no fork started: {errors.get(first.task) or 'see the output above'}",
+                          first.exit_code or int(ExitCode.USAGE))
+    comparison = fork.compare(registry, group)
     if as_json:
         click.echo(json_text({**comparison.to_json(), "errors": errors}))
     else:

@@ -177,3 +177,11 @@ def test_every_exec_option_reaches_the_forks() -> None:
         value = getattr(opts, field.name)
         parsed = as_parsed.get(field.name, params.get(field.name))
         assert parsed == value or (field.name == "policy" and parsed == value.resolve()), (field.name, parsed, value)
+
+
+def test_forks_that_cannot_start_say_why_once(repo: Path) -> None:
+    proc = ccm("exec", "--fork", "2", "--", "/nonexistent/agent", cwd=repo)
+    assert proc.returncode == 127
+    assert proc.stderr.strip().splitlines()[-1] == ("ccm-guard: error: no fork started: agent command "
+                                                    "'/nonexistent/agent' not found: check the path")
+    assert json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)["tasks"] == []
