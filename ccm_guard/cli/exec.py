@@ -153,14 +153,21 @@ class ForkRefused(GuardError):
 def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jobs: int | None,
           as_json: bool) -> None:
     """The forks of `exec --fork`, then their comparison; exit 0 when one can be picked."""
+    # What every fork runs, imported here once: the forks are this process forked.
+    import ccm_guard.policy.rules  # noqa: F401
+    import ccm_guard.pool.admin  # noqa: F401
+    import ccm_guard.run.tasks  # noqa: F401
+    import ccm_guard.worktree.include  # noqa: F401
     from ccm_guard.cli.options import json_text
     from ccm_guard.cli.render import render_comparison
     from ccm_guard.run import fork
     from ccm_guard.state.registry import Registry
 
-    registry = Registry()
     commands = fork.fork_commands(opts.command, count, fork_cmds)
-    group, runs = fork.run_forks(opts, commands, jobs or fork.default_jobs(), registry, echo=sys.stderr)
+    root = click.get_current_context().find_root().command  # ccm-guard's main group
+    group, runs = fork.run_forks(opts, commands, jobs or fork.default_jobs(), echo=sys.stderr,
+                                 entry=lambda args: root.main(args=args, prog_name="ccm-guard"))
+    registry = Registry()
     errors = {r.task: r.error for r in runs if r.error}
     if not any(registry.exists(r.task) for r in runs):  # refused before any fork was made (a bad command)
         first = runs[0]

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
+import os
+import select
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
@@ -75,10 +74,15 @@ class ForkRun:
     error: str | None = None  # the fork's exec failed before it had a verdict
 
 
-def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, registry: Registry,
+def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry: Callable[[list[str]], None],
               echo: IO[str] | None = None) -> tuple[str, list[ForkRun]]:
     """Start the forks, at most `jobs` at a time, and wait for all. Their output (agent and
-    ccm-guard) goes to `echo` line by line, each prefixed with its task id."""
+    ccm-guard) goes to `echo` line by line, each prefixed with its task id.
+
+    Each fork is this process forked, running `ccm-guard exec ARGS` through `entry` (the
+    command line's main, as a fresh process would): what the caller imported before is imported once, not once per fork
+    (exec's modules are ~0.1 s of CPU). No thread runs here while forking, and the
+    registry is closed first (an SQLite connection must not cross a fork)."""
     for refused in FORK_OPTIONS_NOT_ALLOWED:
         if getattr(opts, refused):
             raise UsageError(f"--{refused} does not go with --fork: pick one fork afterwards (`ccm-guard task pick`)")
@@ -88,65 +92,152 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, registry:
         raise RepoError(f"--base {opts.base!r} does not name a commit in {found.toplevel}: check `git log`")
     group = sanitise_task_id(opts.task) if opts.task else new_task_id()
     runs = [ForkRun(f"{group}-{n}") for n in range(1, len(commands) + 1)]
-    taken = [r.task for r in runs if registry.exists(r.task)]
-    if taken or registry.exists(group):
-        raise StateError(f"task {(taken or [group])[0]} already exists: choose another --task for the fork group")
+    registry = Registry()
+    try:
+        taken = [r.task for r in runs + [ForkRun(group)] if registry.exists(r.task)]
+    finally:
+        registry.close()
+    if taken:
+        raise StateError(f"task {taken[0]} already exists: choose another --task for the fork group")
     shared = dataclasses.replace(opts, base=base, group=group, start=found.toplevel)
+
     pending = list(zip(runs, commands))
-    live: list[_Child] = []
-    while pending or live:
-        while pending and len(live) < max(jobs, 1):
+    live: dict[int, _Child] = {}  # by the fd still open: stdout or stderr
+    children: list[_Child] = []
+    interrupted = False
+    while pending or children:
+        while pending and len(children) < max(jobs, 1):
             run, command = pending.pop(0)
-            argv = [sys.executable, "-m", "ccm_guard", "exec", *child_args(shared, run.task), "--", *command]
-            live.append(_Child.start(run, argv, found.toplevel, echo))
-        done = [child for child in live if child.proc.poll() is not None]
-        for child in done:  # whichever finished: its slot goes to the next fork at once
-            live.remove(child)
+            child = _Child.start(run, ["exec", *child_args(shared, run.task), "--", *command], found.toplevel, entry)
+            children.append(child)
+            live.update({child.out_fd: child, child.err_fd: child})
+        try:
+            ready, _, _ = select.select(list(live), [], [], 0.05)
+        except KeyboardInterrupt:  # the forks got it too (one process group): wait for their verdicts
+            interrupted, ready = True, []
+        for fd in ready:
+            if not live[fd].read(fd, echo):
+                live.pop(fd)
+        for child in [c for c in children if c.reaped()]:
+            for fd in (child.out_fd, child.err_fd):  # what a process it left behind holds open
+                if fd in live:
+                    live.pop(fd)
+                    child.drain(fd, echo)
             child.finish()
-        if not done:
-            time.sleep(0.02)
+            children.remove(child)
+    if interrupted:
+        raise KeyboardInterrupt
     return group, runs
 
 
 @dataclasses.dataclass
 class _Child:
-    """One fork's `ccm-guard exec` process, its output read as it comes (a full pipe would
-    stop it): stdout kept (the verdict), stderr relayed to the person, prefixed."""
+    """One fork: `ccm-guard exec ARGS` in a forked process; its stdout (the verdict) kept,
+    its stderr relayed to the person line by line, prefixed with the fork's task id."""
 
     run: ForkRun
-    proc: subprocess.Popen[str]
-    readers: tuple[threading.Thread, ...]
-    out: list[str]
+    pid: int
+    out_fd: int
+    err_fd: int
+    out: bytearray = dataclasses.field(default_factory=bytearray)
+    partial: bytes = b""
+    status: int | None = None
 
     @classmethod
-    def start(cls, run: ForkRun, argv: list[str], cwd: Path, echo: IO[str] | None) -> "_Child":
-        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, errors="replace")
-        assert proc.stdout is not None and proc.stderr is not None
-        out: list[str] = []
-        readers = (threading.Thread(target=_relay, args=(proc.stderr, f"[{run.task}] ", echo), daemon=True),
-                   threading.Thread(target=out.extend, args=(proc.stdout,), daemon=True))
-        for reader in readers:
-            reader.start()
-        return cls(run, proc, readers, out)
+    def start(cls, run: ForkRun, args: list[str], cwd: Path, entry: Callable[[list[str]], None]) -> "_Child":
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()  # or the fork would print it again
+        pid = os.fork()
+        if pid == 0:
+            _become_fork(entry, args, cwd, out_w, err_w, (out_r, err_r))
+        os.close(out_w)
+        os.close(err_w)
+        return cls(run, pid, out_r, err_r)
+
+    def read(self, fd: int, echo: IO[str] | None) -> bool:
+        """Take what is there on fd; at its end, close it and return False."""
+        data = os.read(fd, 65536)
+        if not data:
+            self.close(fd, echo)
+            return False
+        if fd == self.out_fd:
+            self.out += data
+        else:
+            self._echo(echo, data)
+        return True
+
+    def drain(self, fd: int, echo: IO[str] | None) -> None:
+        """After the fork exited: what is left on fd, until 0.2 s pass quietly (a process
+        it left behind may hold the pipe open); then close it."""
+        while select.select([fd], [], [], 0.2)[0]:
+            if not self.read(fd, echo):
+                return
+        self.close(fd, echo)
+
+    def close(self, fd: int, echo: IO[str] | None) -> None:
+        os.close(fd)
+        if fd == self.err_fd:
+            self._echo(echo, b"", flush=True)  # a last line without its newline
+
+    def _echo(self, echo: IO[str] | None, data: bytes, flush: bool = False) -> None:
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        if flush and self.partial:
+            lines, self.partial = [*lines, self.partial], b""
+        if echo is not None and lines:
+            prefix = f"[{self.run.task}] "
+            echo.write("".join(prefix + line.decode("utf-8", "replace") + "\n" for line in lines))
+            echo.flush()
+
+    def reaped(self) -> bool:
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+        return self.status is not None
 
     def finish(self) -> None:
-        for reader in self.readers:
-            reader.join()
-        self.run.exit_code = self.proc.returncode
+        self.run.exit_code = self.status
         try:
-            data = json.loads("".join(self.out))
+            data = json.loads(bytes(self.out))
             self.run.error = data.get("error") if isinstance(data, dict) else None
         except ValueError:
-            self.run.error = (f"ccm-guard exec printed no verdict (exit {self.proc.returncode}): "
+            self.run.error = (f"ccm-guard exec printed no verdict (exit {self.status}): "
                               f"`task show {self.run.task}` explains")
 
 
-def _relay(stream: IO[str], prefix: str, echo: IO[str] | None) -> None:
-    for line in stream:
-        if echo is not None:
-            echo.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
-            echo.flush()
+def _become_fork(entry: Callable[[list[str]], None], args: list[str], cwd: Path, out_w: int, err_w: int,
+                 parent_ends: tuple[int, ...]) -> None:
+    """In the forked child: stdin from /dev/null, stdout and stderr into the pipes, then
+    `ccm-guard exec ARGS`; never returns."""
+    code = 1
+    try:
+        for fd in parent_ends:
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        for fd in (null, out_w, err_w):
+            os.close(fd)
+        os.chdir(cwd)
+        entry(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a fork must never return into the parent's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - the parent may be gone (broken pipe)
+                pass
+        os._exit(code)
 
 
 # --- the comparison ------------------------------------------------------------------------------
