@@ -136,7 +136,8 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     if fork_count is not None or fork_cmds:
         _fork(opts, fork_count, fork_cmds, jobs, as_json)
     if not command:
-        raise UsageError("no agent command: put it after -- (ccm-guard exec -- claude -p '...')")
+        raise UsageError("no agent command: put it after -- (ccm-guard exec -- claude -p '...'; "
+                         "see `ccm-guard exec --help`)")
     verdict = execute(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(int(verdict.exit_code))

@@ -66,6 +66,13 @@ def _render(v: Verdict, places: bool) -> str:
         lines.append(f"  refused by the git shim and hooks: {len(v.refusals)}")
         for item in v.refusals[:5]:
             lines.append(f"    {safe(str(item.get('op', '?')))}: {safe(str(item.get('reason', item)))[:150]}")
+    if v.check is not None:
+        c = v.check
+        put_back = [f"put back {len(c.discarded)} file(s) it wrote"] if c.discarded else []
+        put_back += ["undid its commit or checkout"] if c.moved_branch else []
+        lines.append(f"  check: {'passed' if c.ok else safe(c.describe())} after {c.duration:.1f}s"
+                     + (f" ({'; '.join(put_back)})" if put_back else "") + f"   (logs in {c.log_dir})")
+        lines.extend(f"    | {safe(line)[:200]}" for line in c.tail)
     if v.commits:
         lines.append(f"  commits: {len(v.commits)}")
         lines.extend(f"    {sha[:12]} {safe(subject)}" for sha, subject in v.commits[-10:])

@@ -79,12 +79,20 @@ class Context:
             self.task_status = Later(lambda: git.status(repo, ignored=True), thread=False)
         return git_or_skip(self.task_status.result)
 
+    def left(self) -> list[git.StatusEntry]:
+        """The task worktree's status less what the setup step left and the run did not
+        touch since: the work tree as the agent left it."""
+        entries = self.status()
+        if not self.setup_files:
+            return entries
+        return [e for e in entries if self.setup_files.get(e.path) != file_identity(self.pins.worktree, e)]
+
     @functools.cached_property
     def path_changes(self) -> list[PathChange]:
         """Every path the run changed: commit by commit, then what is left in the work tree."""
         head = self.head
         committed = git.commit_changes(self.repo, self.base, head) if head and head != self.base else []
-        return from_raw(committed) + from_status(self.status(), self.pins.worktree)
+        return from_raw(committed) + from_status(self.left(), self.pins.worktree)
 
     @property
     def head(self) -> str | None:

@@ -79,10 +79,11 @@ def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
     run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
 
 
-def clean_untracked(repo: Repo) -> None:
-    """Remove untracked files and directories git does not ignore (`clean -ffd`): ignored
-    ones (caches, build output) stay."""
-    run(["clean", "-ffdq"], repo)
+def restore_paths(repo: Repo, rev: str, paths: Sequence[str]) -> None:
+    """Paths in index and work tree as `rev` has them (absent where it has none), in one call."""
+    if paths:
+        run(["restore", "--source", rev, "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul"],
+            repo, input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
 
 
 def reset_work_tree(repo: Repo, head: str, work: str | None = None) -> None:

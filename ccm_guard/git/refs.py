@@ -25,6 +25,11 @@ def symbolic_head(repo: Repo) -> str | None:
     return res.out.strip() if res.returncode == 0 else None
 
 
+def set_symbolic_head(repo: Repo, ref: str) -> None:
+    """Point the worktree's HEAD at the branch `ref` again."""
+    run(["symbolic-ref", "HEAD", ref], repo)
+
+
 def ref_exists(repo: Repo, ref: str) -> bool:
     return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
 

@@ -21,7 +21,7 @@ from ccm_guard.detect.context import file_identity
 from ccm_guard.detect.policy_at import role_at
 from ccm_guard.detect.snapshot import Snapshot
 from ccm_guard.detect.verdict import Checks, Verdict
-from ccm_guard.errors import NotARepository, StateError
+from ccm_guard.errors import GuardError, NotARepository, StateError
 from ccm_guard.git import layout
 from ccm_guard.later import Later
 from ccm_guard.policy import Role
@@ -158,19 +158,27 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     failpoints.point("before-gates")
 
     sandboxed = armed.confine is not None
+    setup_files = ready.setup_files
 
     def judged() -> Verdict:
-        return judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed, ready.setup_files)
+        found = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed, setup_files)
+        found.agent, found.setup, found.recovery = agent, ready.setup, recovered
+        return found
 
+    recovered = None
     verdict = judged()
     git_errors = read_git_errors(armed.git_log)
-    recovered = None if agent is None else \
-        recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
+    if agent is not None:
+        recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)
     if recovered is not None:
         record_commit(registry, task, recovered.commit)  # its trailers are ccm-guard's by right
         verdict = judged()
-        verdict.recovery = recovered
-    verdict.agent, verdict.setup = agent, ready.setup
+    if opts.check and verdict.exit_code == 0 and verdict.git_trusted and verdict.head:
+        check, setup_files, failed = _check(opts, ready, registry, verdict.head)
+        verdict = judged()  # what the check did, the agent's tests did: judged as the agent's
+        verdict.check = check
+        if failed:
+            verdict.errors.append(failed)
     verdict.sandbox, verdict.profile, verdict.identity = armed.sandbox, armed.profile, armed.identity
     if armed.agent.home is not None:
         verdict.gates.append(agent_home.gate(armed.agent.home_before, armed.agent.home.read_watched()))
@@ -181,8 +189,6 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     identity = identity_note(git_errors) if armed.identity is not None else None
     if identity:
         verdict.notes.append(identity)
-    if opts.check and verdict.exit_code == 0 and verdict.git_trusted and verdict.head:
-        verdict.check = _check(opts, ready, registry, verdict.head)
     if opts.snapshot_every is None:
         opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)
     try:
@@ -195,29 +201,54 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
 QUESTION_FILE = "question.json"
 
 
-def _check(opts: ExecOptions, ready: Ready, registry: Registry, head: str) -> StepResult:
+def _check(opts: ExecOptions, ready: Ready, registry: Registry, head: str
+           ) -> tuple[StepResult, Mapping[str, str], str | None]:
     """--check in the passed task's worktree, in its sandbox; then whatever it wrote outside
-    ignored files (and a move of the branch) is put back: a check never changes the work."""
+    ignored files, a commit, a HEAD it moved, are put back: a check never changes the work.
+    Returns the result; the setup step's files as the check left them (a cache it wrote
+    into an unignored node_modules/ is not the agent's doing); and why putting back
+    failed, if it did. The caller judges the run again: the check ran the agent's code
+    (its tests), so what the check did counts as the agent's."""
     assert opts.check is not None
     pins = ready.pins
     env, marker = _environment(opts, ready.task, pins, ready.armed, registry)
     result = run_steps((opts.check,), worktree=pins.worktree, env=env, log_dir=Path(ready.task.log_dir, "check"),
                        timeout=opts.check_timeout, confine=ready.armed.confine, marker=marker)
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
-    moved = git.resolve_commit(repo, pins.branch_ref)
-    if moved != head:
-        git.update_ref(repo, pins.branch_ref, head, moved, message="ccm-guard: undo what --check committed")
-        git.reset_hard(repo, head)
-    setup_files = ready.setup_files or {}
-    wrote = [e.path for e in git.status(repo) if setup_files.get(e.path) != file_identity(pins.worktree, e)]
-    for path in wrote:
-        if not git.restore_path(repo, head, path):  # not in the commit: the check made it
-            target = pins.worktree / path
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                target.unlink(missing_ok=True)
-    return dataclasses.replace(result, discarded=tuple(wrote), moved_branch=moved != head)
+    setup_files = dict(ready.setup_files or {})
+    moved, wrote = False, []
+    try:
+        for entry in git.status(repo):  # against the HEAD the check left: what it wrote last
+            if entry.path not in setup_files:
+                wrote.append(entry)
+        now = git.resolve_commit(repo, pins.branch_ref)
+        moved = now != head
+        if moved:
+            git.update_ref(repo, pins.branch_ref, head, now, message="ccm-guard: undo what --check committed")
+        if git.symbolic_head(repo) != pins.branch_ref:
+            git.set_symbolic_head(repo, pins.branch_ref)
+            moved = True
+        if moved:
+            git.reset_hard(repo, head)  # index and tracked files as the agent committed them
+        seen = {e.path for e in wrote}
+        for entry in git.status(repo):
+            if entry.path in setup_files:
+                setup_files[entry.path] = file_identity(pins.worktree, entry)
+            elif entry.path not in seen:
+                wrote.append(entry)
+        git.restore_paths(repo, head, [e.path for e in wrote if e.code != "??"])
+        for entry in wrote:
+            if entry.code == "??":  # untracked: the check made it
+                target = pins.worktree / entry.path
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    target.unlink(missing_ok=True)
+        error = None
+    except (GuardError, OSError) as exc:
+        error = f"--check changed the worktree and it could not all be put back: {getattr(exc, 'message', exc)}"
+    return (dataclasses.replace(result, discarded=tuple(e.path for e in wrote), moved_branch=moved),
+            setup_files, error)
 
 
 def _environment(opts: ExecOptions, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry

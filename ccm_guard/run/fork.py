@@ -37,7 +37,8 @@ def fork_commands(command: list[str], count: int | None, fork_cmds: tuple[str, .
             raise UsageError(f"--fork {count} with {len(fork_cmds)} --fork-cmd: drop --fork (it defaults to their count)")
         return [["/bin/sh", "-c", cmd] for cmd in fork_cmds]
     if not command:
-        raise UsageError("no agent command: put it after -- (ccm-guard exec --fork 3 -- claude -p '...')")
+        raise UsageError("no agent command: put it after -- (ccm-guard exec --fork 3 -- claude -p '...'; "
+                         "see `ccm-guard exec --help`)")
     if count is None or count < 2:
         raise UsageError("--fork needs 2 or more forks (a single run is plain exec)")
     return [list(command) for _ in range(count)]

@@ -93,3 +93,30 @@ def test_a_setup_that_is_not_a_list_is_a_policy_error(repo: Path) -> None:
     proc = ccm("exec", "--", "true", cwd=repo)
     assert proc.returncode == 2 and "setup: must be a list of commands" in proc.stderr
     assert subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout.count("\n") == 1
+
+
+def test_files_setup_leaves_are_not_path_policy_changes_either(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "mkdir -p tests\necho ok > tests/test_x.py\ngit add tests\ngit commit -q -m t\n")
+    result = run_exec(repo, agent, "--role", "test-writer", "--setup", "echo gen > gen.txt; echo lock >> README.md")
+    assert result.code == 0, result.stdout
+    assert result.status("path-policy") == "pass" and result.status("clean-tree") == "pass"
+
+
+def test_a_check_is_put_back_and_judged_again(repo: Path, tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, COMMIT)
+    # A check (the agent's own tests could do this) that detaches HEAD, commits, dirties a
+    # setup file and leaves files: all put back, and the run is judged again afterwards.
+    check = ('"${CCM_GUARD_REAL_GIT:-git}" -c core.hooksPath=/dev/null checkout -q --detach && '
+             'echo EVIL > work.txt && "${CCM_GUARD_REAL_GIT:-git}" -c core.hooksPath=/dev/null commit -qam evil; '
+             'echo cache >> gen.txt; echo junk > junk.txt; echo x >> README.md; exit 3')
+    result = run_exec(repo, agent, "--setup", "echo gen > gen.txt", "--check", check, "--task", "c1")
+    assert result.code == 0, result.stdout + result.stderr  # a failing check is reported, not a failed run
+    checked = result.verdict["check"]
+    assert checked["failed"] and checked["exit_code"] == 3 and checked["moved_branch"] is True
+    assert sorted(checked["discarded"]) == ["README.md", "junk.txt"]
+    worktree = Path(result.verdict["worktree"])
+    assert (worktree / "work.txt").read_text() == "done\n" and (worktree / "gen.txt").exists()
+    assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/ccm/c1"
+    assert git(worktree, "status", "--porcelain") == "?? gen.txt"
+    shown = ccm("exec", "--setup", "true", "--check", "exit 4", "--", str(agent), cwd=repo)
+    assert "check: 'exit 4' exited 4" in shown.stdout

@@ -19,7 +19,6 @@ from ccm_guard.detect.context import (
     Context,
     Finding,
     Skipped,
-    file_identity,
     git_or_skip,
 )
 from ccm_guard.detect.gates.repo import git_metadata, main_checkout, refs_untouched
@@ -33,10 +32,7 @@ if TYPE_CHECKING:
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
-    entries = ctx.status()
-    if ctx.setup_files:  # what setup left, untouched since, is where the agent started
-        entries = [e for e in entries
-                   if ctx.setup_files.get(e.path) != file_identity(ctx.pins.worktree, e)]
+    entries = ctx.left()  # what setup left, untouched since, is where the agent started
     findings = _hidden_by_new_ignore_rules(ctx, [e.path for e in entries if e.code == "!!"])
     dirty = [e.path for e in entries if e.code not in ("??", "!!")]
     untracked = [e.path for e in entries if e.code == "??"]
