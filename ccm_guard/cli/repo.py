@@ -153,7 +153,7 @@ def _github_files(report: "object", text: str) -> None:
 
 @click.command(context_settings=CONTEXT)
 @click.argument("path", required=False, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="A JSON list.")
+@click.option("--json", "as_json", is_flag=True, help='JSON: {"schema": 1, "roots": [...]}.')
 @click.option("--format", "fmt", type=click.Choice(["lines", "codex"]), default="lines", show_default=True,
               help="codex: the repeatable --add-dir DIR arguments.")
 @handled

@@ -183,7 +183,7 @@ def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
     return changes
 
 
-def commit_changes(repo: Repo, base: str, head: str) -> list[RawChange]:
+def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = False) -> list[RawChange]:
     """Every path each commit in base..head changed against each of its parents, oldest first.
 
     Per commit, not base..head as a whole: a forbidden file changed and changed back,
@@ -191,10 +191,30 @@ def commit_changes(repo: Repo, base: str, head: str) -> list[RawChange]:
     not the first only: a merge whose first parent is an older commit undoes the base's
     changes without any first-parent diff showing it. Along any line of parents from the
     base to the head every step is one of these diffs, so the net change is within them.
+
+    `merged_base` (a pull request that merged its base branch in, as GitHub's "Update
+    branch" does): a merge with parents outside the range (reachable from the base) is
+    judged against those parents only. Its diffs against its in-range parents show the
+    base's own work coming in; what the merge itself brings relative to the base,
+    an undoing of the base's changes included, is in the diffs kept.
     """
     out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
                "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
-    return _parse_raw(out.split("\0"), "")
+    changes = _parse_raw(out.split("\0"), "")
+    if not merged_base:
+        return changes
+    parents = {line.split(" ")[0]: line.split(" ")[1:] for line in
+               run(["rev-list", "--parents", f"{base}..{head}", "--"], repo).out.split("\n") if line}
+    outside = {commit: [p for p in ps if p not in parents] for commit, ps in parents.items() if len(ps) > 1}
+    outside = {commit: ps for commit, ps in outside.items() if ps}
+    if not outside:
+        return changes
+    kept = [c for c in changes if c.where not in outside]
+    for merge, base_side in outside.items():
+        for parent in base_side:
+            diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", parent, merge, "--"], repo).out
+            kept += _parse_raw(diff.split("\0"), merge)
+    return kept
 
 
 def staged_changes(repo: Repo) -> list[RawChange]:

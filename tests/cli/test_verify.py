@@ -65,7 +65,8 @@ def test_ci_files_forged_trailers_and_limits_fail(repo: Path) -> None:
     code, report = _verify(repo, f"{base}..HEAD")
     assert code == 1
     assert "CI or git hooks run by themselves" in json.dumps(_gate(report, "path-policy"))
-    assert "claims to be ccm-guard's (Recovery-Reason)" in json.dumps(_gate(report, "new-commit"))
+    claim = _gate(report, "new-commit")  # no registry here proves it: reported for review
+    assert claim["status"] == "warn" and "claims to be ccm-guard's (Recovery-Reason)" in json.dumps(claim)
     assert "the run changed 3 files; the limit is 2" in json.dumps(_gate(report, "limits"))
 
 
@@ -81,6 +82,25 @@ def test_a_merge_that_undoes_the_base_is_seen(repo: Path) -> None:
     code, report = _verify(repo, "--role", "test-writer", f"{base}..HEAD")
     assert code == 1
     assert "src/app.py: changed, but not in the role's allow list" in json.dumps(_gate(report, "path-policy"))
+
+
+def test_a_pull_request_that_merged_its_base_is_not_blamed_for_the_base(repo: Path) -> None:
+    """GitHub's "Update branch": main moved (a CI file, src/) and the pull request merged
+    it in; only what the pull request itself changed is judged."""
+    git(repo, "checkout", "-q", "-b", "pr")
+    _commit(repo, {"tests/test_new.py": "assert 1\n"}, "tests")
+    git(repo, "checkout", "-q", "main")
+    _commit(repo, {"src/app.py": "print('main moved')\n", ".github/workflows/ci.yml": "on: push\n"}, "main work")
+    git(repo, "checkout", "-q", "pr")
+    git(repo, "merge", "-q", "--no-edit", "main")
+    code, report = _verify(repo, "--role", "test-writer", "main..pr")
+    assert code == 0, report
+    # ... while a merge that also slips in a change of its own is still seen
+    (repo / "src" / "app.py").write_text("print('sneaky')\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--amend", "--no-edit")
+    code, report = _verify(repo, "--role", "test-writer", "main..pr")
+    assert code == 1 and "src/app.py" in json.dumps(_gate(report, "path-policy"))
 
 
 def test_bad_ranges_are_one_line_usage_errors(repo: Path) -> None:

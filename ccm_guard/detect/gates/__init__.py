@@ -85,9 +85,10 @@ CCM_TRAILERS = ("recovery-reason:", "ccm-guard-")
 CCM_EMAIL = "ccm-guard@localhost"
 
 
-def forged_claims(repo: git.Repo, base: str, head: str, *, made_by_us: tuple[str, ...] = ()) -> list[Finding]:
+def forged_claims(repo: git.Repo, base: str, head: str, *, made_by_us: tuple[str, ...] = (),
+                  severity: str = FAIL) -> list[Finding]:
     """Commits of base..head that claim to be ccm-guard's (`made_by_us`: the ones that are): a
-    reviewer would trust them."""
+    reviewer would trust them. `severity`: WARN where the claim cannot be checked."""
     forged = []
     for sha, author, committer, trailers in git_or_skip(lambda: git.commit_claims(repo, base, head)):
         if sha in made_by_us:
@@ -96,7 +97,8 @@ def forged_claims(repo: git.Repo, base: str, head: str, *, made_by_us: tuple[str
         if ours or CCM_EMAIL in (author, committer):
             what = ", ".join(dict.fromkeys(ours)) or f"the identity {CCM_EMAIL}"
             forged.append(Finding("new-commit", f"commit {sha[:12]} claims to be ccm-guard's ({what}), "
-                                  "which only ccm-guard writes", (sha,)))
+                                  + ("which only ccm-guard writes" if severity == FAIL else
+                                     "and no record here proves it: review it as the agent's"), (sha,), severity))
     return forged
 
 
