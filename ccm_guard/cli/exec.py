@@ -166,11 +166,13 @@ def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jo
 
     commands = fork.fork_commands(opts.command, count, fork_cmds)
     root = click.get_current_context().find_root().command  # ccm-guard's main group
-    group, runs = fork.run_forks(opts, commands, jobs or fork.default_jobs(), echo=sys.stderr,
+    group, runs, interrupted = fork.run_forks(opts, commands, jobs or fork.default_jobs(), echo=sys.stderr,
                                  entry=lambda args: root.main(args=args, prog_name="ccm-guard"))
     registry = Registry()
     errors = {r.task: r.error for r in runs if r.error}
     if not any(registry.exists(r.task) for r in runs):  # refused before any fork was made (a bad command)
+        if interrupted or not runs:
+            raise KeyboardInterrupt
         first = runs[0]
         raise ForkRefused(f"no fork started: {errors.get(first.task) or 'see the output above'}",
                           first.exit_code or int(ExitCode.USAGE))
@@ -179,6 +181,8 @@ def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jo
         click.echo(json_text({**comparison.to_json(), "errors": errors}))
     else:
         click.echo(render_comparison(comparison, errors))
+    if interrupted:
+        sys.exit(int(ExitCode.INTERRUPTED))
     sys.exit(0 if comparison.best else int(ExitCode.GATES_FAILED))
 
 

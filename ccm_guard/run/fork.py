@@ -22,10 +22,11 @@ from typing import IO, Any, Callable, Iterable
 
 from ccm_guard import git
 from ccm_guard.agent.options import ExecOptions
-from ccm_guard.errors import RepoError, StateError, UsageError
+from ccm_guard.errors import GuardError, RepoError, StateError, UsageError
 from ccm_guard.state.registry import LIVE, Registry, Task, new_task_id, sanitise_task_id
 
 FORK_OPTIONS_NOT_ALLOWED = ("apply", "cleanup")  # pick one afterwards: `task pick`
+LONG_LINE = 64 << 10  # bytes of a fork's output line held back for its end, at most
 
 
 def fork_commands(command: list[str], count: int | None, fork_cmds: tuple[str, ...]) -> list[list[str]]:
@@ -35,13 +36,16 @@ def fork_commands(command: list[str], count: int | None, fork_cmds: tuple[str, .
             raise UsageError("give the forks' commands with --fork-cmd or after --, not both")
         if count is not None and count != len(fork_cmds):
             raise UsageError(f"--fork {count} with {len(fork_cmds)} --fork-cmd: drop --fork (it defaults to their count)")
-        return [["/bin/sh", "-c", cmd] for cmd in fork_cmds]
+        return [["/bin/sh", "-c", cmd] for cmd in fork_cmds]  # run in each fork's worktree, as an agent is
     if not command:
         raise UsageError("no agent command: put it after -- (ccm-guard exec --fork 3 -- claude -p '...'; "
                          "see `ccm-guard exec --help`)")
     if count is None or count < 2:
         raise UsageError("--fork needs 2 or more forks (a single run is plain exec)")
-    return [list(command) for _ in range(count)]
+    program = command[0]
+    if "/" in program and not os.path.isabs(program):  # from where ccm-guard runs, as exec takes it
+        program = os.path.abspath(program)
+    return [[program, *command[1:]] for _ in range(count)]
 
 
 def child_args(opts: ExecOptions, task_id: str) -> list[str]:
@@ -76,9 +80,11 @@ class ForkRun:
 
 
 def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry: Callable[[list[str]], None],
-              echo: IO[str] | None = None) -> tuple[str, list[ForkRun]]:
+              echo: IO[str] | None = None) -> tuple[str, list[ForkRun], bool]:
     """Start the forks, at most `jobs` at a time, and wait for all. Their output (agent and
-    ccm-guard) goes to `echo` line by line, each prefixed with its task id.
+    ccm-guard) goes to `echo` line by line, each prefixed with its task id. Returns the
+    group, the forks that ran, and whether Ctrl-C stopped the run (forks not yet started
+    are not started then; the ones running finish with their own verdicts).
 
     Each fork is this process forked, running `ccm-guard exec ARGS` through `entry` (the
     command line's main, as a fresh process would): what the caller imported before is imported once, not once per fork
@@ -116,6 +122,7 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry:
             ready, _, _ = select.select(list(live), [], [], 0.05)
         except KeyboardInterrupt:  # the forks got it too (one process group): wait for their verdicts
             interrupted, ready = True, []
+            pending.clear()  # and start no more
         for fd in ready:
             if not live[fd].read(fd, echo):
                 live.pop(fd)
@@ -126,9 +133,7 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry:
                     child.drain(fd, echo)
             child.finish()
             children.remove(child)
-    if interrupted:
-        raise KeyboardInterrupt
-    return group, runs
+    return group, [r for r in runs if r.exit_code is not None or not interrupted], interrupted
 
 
 @dataclasses.dataclass
@@ -141,7 +146,7 @@ class _Child:
     out_fd: int
     err_fd: int
     out: bytearray = dataclasses.field(default_factory=bytearray)
-    partial: bytes = b""
+    partial: bytearray = dataclasses.field(default_factory=bytearray)
     status: int | None = None
 
     @classmethod
@@ -184,9 +189,17 @@ class _Child:
             self._echo(echo, b"", flush=True)  # a last line without its newline
 
     def _echo(self, echo: IO[str] | None, data: bytes, flush: bool = False) -> None:
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        if flush and self.partial:
-            lines, self.partial = [*lines, self.partial], b""
+        """Whole lines, prefixed; a line without its end waits, up to LONG_LINE bytes."""
+        end = data.rfind(b"\n")
+        if end < 0:
+            self.partial += data
+            lines: list[bytes] = []
+        else:
+            lines = (bytes(self.partial) + data[:end]).split(b"\n")
+            self.partial = bytearray(data[end + 1:])
+        if self.partial and (flush or len(self.partial) > LONG_LINE):
+            lines.append(bytes(self.partial))
+            self.partial = bytearray()
         if echo is not None and lines:
             prefix = f"[{self.run.task}] "
             echo.write("".join(prefix + line.decode("utf-8", "replace") + "\n" for line in lines))
@@ -290,7 +303,7 @@ class Comparison:
 
 
 def members(registry: Registry, group: str) -> list[Task]:
-    """The forks of a group, in order (a group's name is also accepted as one fork's id)."""
+    """The forks of a group, in order."""
     rows = [t for t in registry.list(live_only=False) if t.option("group") == group]
     if not rows:
         raise StateError(f"no fork group {group!r}: `ccm-guard task list --all` shows the tasks "
@@ -342,7 +355,7 @@ def pick(registry: Registry, task_id: str, apply: Callable[[], dict[str, Any]],
     for sibling in siblings:
         try:
             discarded.append(discard(sibling.id))
-        except (StateError, RepoError, UsageError) as exc:  # still running, or in use: said, not hidden
+        except GuardError as exc:  # still running, in use, untrusted: said, not hidden
             left.append({"task": sibling.id, "reason": exc.message})
     return {"picked": task_id, "group": group, "applied": applied, "discarded": discarded, "left": left}
 

@@ -185,3 +185,43 @@ def test_forks_that_cannot_start_say_why_once(repo: Path) -> None:
     assert proc.stderr.strip().splitlines()[-1] == ("ccm-guard: error: no fork started: agent command "
                                                     "'/nonexistent/agent' not found: check the path")
     assert json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)["tasks"] == []
+
+
+def test_ctrl_c_starts_no_more_forks_and_shows_what_ran(repo: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--task", "cc", "--jobs", "1",
+                               "--fork", "3", "--", "sh", "-c", "sleep 2; echo a > a.txt; git add a.txt; git commit -qm a"],
+                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    _wait_for(repo, {"cc-1": "ACTIVE"})
+    os.killpg(parent.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    out, _ = parent.communicate(timeout=60)
+    assert parent.returncode == 130
+    assert "cc-1" in out and "cc-2" not in out
+    ids = {t["id"] for t in json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)["tasks"]}
+    assert ids == {"cc-1"}
+
+
+def test_a_relative_agent_path_is_taken_from_where_exec_runs(repo: Path, tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "agent.sh").write_text("#!/bin/sh\necho r > r.txt && git add r.txt && git commit -qm r\n")
+    (agents / "agent.sh").chmod(0o755)
+    proc = ccm("exec", "--json", "--repo", str(repo), "--fork", "2", "--", "./agent.sh", cwd=agents)
+    assert proc.returncode == 0, proc.stderr
+    assert all(f["pickable"] for f in json.loads(proc.stdout)["forks"])
+
+
+def test_fork_output_is_relayed_by_lines_and_a_long_line_is_not_held_forever() -> None:
+    import io
+
+    from ccm_guard.run.fork import LONG_LINE, ForkRun, _Child
+
+    child = _Child(ForkRun("t-1"), pid=0, out_fd=-1, err_fd=-2)
+    shown = io.StringIO()
+    child._echo(shown, b"one\ntw")
+    child._echo(shown, b"o\nthr")
+    assert shown.getvalue() == "[t-1] one\n[t-1] two\n"
+    child._echo(shown, b"x" * (LONG_LINE + 1))  # no end in sight: shown, not kept growing
+    assert shown.getvalue().endswith("x\n") and not child.partial
+    child._echo(shown, b"tail", flush=True)
+    assert shown.getvalue().endswith("[t-1] tail\n")
