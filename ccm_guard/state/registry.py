@@ -167,6 +167,12 @@ class Registry:
                 self.db.execute("PRAGMA synchronous = NORMAL")
                 self.db.executescript(SCHEMA)
                 self._migrate()
+        except sqlite3.DatabaseError as exc:
+            if any(sign in str(exc) for sign in ("not a database", "malformed", "no such column", "no such table")):
+                raise StateError(f"the task registry {self.path} is damaged ({exc}): move it aside (mv {self.path} "
+                                 f"{self.path}.damaged) and run again; a new one is started, and every task's work "
+                                 "stays in its branch or refs/ccm-guard/archive/") from exc
+            raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
         self.db.row_factory = sqlite3.Row

@@ -245,3 +245,28 @@ def test_audit_of_an_unknown_task_is_a_state_error(repo: Path) -> None:
     proc = ccm("audit", "nope", cwd=repo)
     assert proc.returncode == ExitCode.STATE == ccm("task", "show", "nope", cwd=repo).returncode
     assert "no task 'nope'" in one_line_error(proc) and "task list --all" in proc.stderr
+
+
+@pytest.mark.parametrize("damage", ["random bytes", "truncated", "foreign schema"])
+def test_a_damaged_registry_says_how_to_start_again(repo: Path, tmp_path: Path, damage: str) -> None:
+    import sqlite3
+
+    state = Path(os.environ["CCM_GUARD_HOME"])
+    db = state / "registry.db"
+    if damage == "truncated":
+        assert ccm("exec", "--task", "t", "--", "true", cwd=repo).returncode == 1  # a real registry first
+        for extra in ("registry.db-wal", "registry.db-shm"):
+            (state / extra).unlink(missing_ok=True)
+        db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])
+    else:
+        state.mkdir(parents=True, exist_ok=True)
+        if damage == "random bytes":
+            db.write_bytes(os.urandom(4096))
+        else:
+            with sqlite3.connect(db) as conn:
+                conn.execute("CREATE TABLE tasks (id TEXT)")
+    for args in (("task", "list"), ("exec", "--", "true")):
+        proc = ccm(*args, cwd=repo)
+        assert proc.returncode == ExitCode.STATE, proc.stderr
+        line = one_line_error(proc)
+        assert "is damaged" in line and f"mv {db} {db}.damaged" in line
