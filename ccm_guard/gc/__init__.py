@@ -199,8 +199,9 @@ def _task_kind(t: Task, wt: Path, age: float, opts: Options) -> tuple[str, str] 
 
 def _plan_expiry(host: git.Repo | None, t: Task, refs: dict[str, str], opts: Options) -> Action | None:
     """A discarded task past retention: its archive (ref, or a copied directory's), its
-    snapshot refs and its logs go; the row stays, as history. `host` is None for a task
-    that ran in a copied directory (no git)."""
+    snapshot refs and its logs go; the row stays, as history, for one more retention, and
+    then goes too (rows stay bounded). `host` is None for a task that ran in a copied
+    directory (no git)."""
     age = opts.now - t.updated_at
     if t.status not in GONE or age < opts.archive_days * 86400:
         return None
@@ -210,7 +211,11 @@ def _plan_expiry(host: git.Repo | None, t: Task, refs: dict[str, str], opts: Opt
     copied = (t.option("archive") or {}).get("path") if host is None else None
     paths = [p for p in (copied, t.log_dir) if p and os.path.isdir(p)]
     if commit is None and not snapshots and not paths:
-        return None
+        if t.status != "CLEANED_UP":
+            return None
+        return Action("expired-row", str(host.common_dir) if host else t.repo, t.id,
+                      f"CLEANED_UP for {human_age(age)} with nothing of it left, past --archive-days "
+                      f"{opts.archive_days:g}", True, ["forget the task's row"], task=t.id, status=t.status)
     steps = [f"remove {path}" for path in paths] + ([f"delete {ref}"] if commit else [])
     steps += [f"delete {name}" for name in sorted(snapshots)]
     if t.status == "DISCARDED":

@@ -33,7 +33,7 @@ TASK_BRANCHES = "refs/heads/" + worktree.BRANCH_PREFIX
 @dataclasses.dataclass
 class Action:
     kind: str  # dead-lock, interrupted-apply, abandoned-run, orphan-row, stale-task, orphan-dir, orphan-branch,
-    #            prune, expired-archive, repo-gone
+    #            prune, expired-archive, expired-row, repo-gone
     repo: str  # the repository's common dir ("" when it cannot be told)
     subject: str  # a task id, a path or a ref
     reason: str  # why gc acts, or (not safe) why it leaves the thing alone

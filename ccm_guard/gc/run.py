@@ -55,7 +55,8 @@ def execute(actions: list[Action], registry: Registry) -> None:
     """Do every safe action, in order; one that fails stops only itself (its error says why)."""
     runners = {"dead-lock": _run_unlock, "interrupted-apply": _run_reconcile, "abandoned-run": _run_task,
                "orphan-row": _run_task, "stale-task": _run_task, "orphan-dir": _run_dir,
-               "orphan-branch": _run_branch, "prune": _run_prune, "expired-archive": _run_expiry}
+               "orphan-branch": _run_branch, "prune": _run_prune, "expired-archive": _run_expiry,
+               "expired-row": _run_forget}
     for action in actions:
         if not action.safe:
             continue
@@ -254,3 +255,11 @@ def _run_expiry(action: Action, registry: Registry) -> None:
     if t.status == "DISCARDED":
         registry.move(t.id, "CLEANED_UP")
         action.done.append("marked CLEANED_UP")
+
+
+def _run_forget(action: Action, registry: Registry) -> None:
+    t = registry.get(action.task or "")
+    if t.status != action.status:
+        raise StateError(f"task {t.id} changed since gc looked: left as it is; run gc again")
+    registry.delete(t.id)
+    action.done.append("forgot the row")

@@ -451,7 +451,7 @@ def test_archive_past_retention_is_deleted_only_with_yes(repo: Path, tmp_path: P
     assert _only(_gc(repo, "--archive-days", "1")[1], "expired-archive")[0]["subject"].endswith("/recent")
 
 
-def test_an_expired_task_takes_its_snapshots_and_logs_along_and_its_row_stays(repo: Path, tmp_path: Path) -> None:
+def test_an_expired_task_takes_its_snapshots_and_logs_along_and_its_row_goes_later(repo: Path, tmp_path: Path) -> None:
     _exec(repo, tmp_path, "old", COMMIT)
     assert ccm("task", "snapshot", "old", cwd=repo).returncode == 0
     assert ccm("task", "discard", "old", cwd=repo).returncode == 0
@@ -469,6 +469,13 @@ def test_an_expired_task_takes_its_snapshots_and_logs_along_and_its_row_stays(re
     assert code == 0 and action["error"] is None, action
     assert git(repo, "for-each-ref", "refs/ccm-guard/") == "" and not logs.exists()
     assert _status("old") == "CLEANED_UP" and _only(_gc(repo)[1], "expired-archive") == []
+    # One retention later the row goes too: the registry does not grow without bound.
+    assert _only(_gc(repo)[1], "expired-row") == []
+    _age("old", 31 * DAY)
+    code, report = _gc(repo, "--yes")
+    [action] = _only(report, "expired-row")
+    assert code == 0 and action["done"] == ["forgot the row"]
+    assert not Registry().exists("old")
 
 
 def test_an_expired_copied_directory_archive_is_removed(tmp_path: Path) -> None:
