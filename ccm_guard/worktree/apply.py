@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ccm_guard import failpoints, git, worktree
-from ccm_guard.errors import ApplyRefused, GitError, StateError, UsageError
+from ccm_guard.errors import ApplyRefused, GitError, RepoError, StateError, UsageError
 from ccm_guard.git import layout
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.registry import Registry, Task, pid_alive
@@ -155,7 +155,7 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
             raise UsageError(f"branch {target.name} does not exist: create it first")
         new = build(host, task, head, old, strategy)
         intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
-        moved, checkout = move_target(host, Path(task.repo), target, old, new, f"ccm-guard: apply task {task.id}",
+        moved, checkout = move_target(host, task, target, old, new, f"ccm-guard: apply task {task.id}",
                                       lambda: registry.set_option(task.id, "applying", intent), "apply")
         if moved:
             return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
@@ -164,7 +164,7 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
     raise ApplyRefused(f"{target.name} kept moving: gave up after {MAX_ATTEMPTS} attempts; try again")
 
 
-def move_target(host: git.Repo, common: Path, target: Target, old: str, new: str, message: str,
+def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, message: str,
                 record: Callable[[], None], label: str) -> tuple[bool, str | None]:
     """Move a local branch old -> new by compare-and-swap, and a clean checkout of it along.
 
@@ -172,7 +172,8 @@ def move_target(host: git.Repo, common: Path, target: Target, old: str, new: str
     and a crash after it is reconciled). Returns (False, None) when somebody else moved
     the branch first, else (True, the checkout brought along or None).
     """
-    checkout = checked_out(host, target.ref)
+    common = Path(task.repo)
+    checkout = checked_out(host, target.ref, Path(task.main_worktree))
     with _apply_lock(common) if checkout else contextlib.nullcontext():
         if checkout:
             require_clean(checkout, target)
@@ -259,19 +260,20 @@ def reconcile(registry: Registry, task: Task) -> str | None:
         registry.set_option(task.id, "applying", None)
         return "an interrupted apply did not land; the target is unchanged"
     target = Target(pending["ref"], pending.get("url"))
-    checkout = None if target.url else catch_up_checkout(host, target, pending["old"], pending["new"], tip)
+    checkout = None if target.url else catch_up_checkout(host, task, target, pending["old"], pending["new"], tip)
     _record(registry, task, host, target, pending.get("strategy", "merge"), pending["old"], pending["new"], 1,
             checkout[0] if checkout else None)
     found = f"an interrupted apply had landed on {target.name} as {pending['new'][:12]}; recorded it as APPLIED"
     return found + (f"; {checkout[1]}" if checkout else "")
 
 
-def catch_up_checkout(host: git.Repo, target: Target, old: str, new: str, tip: str) -> tuple[str, str] | None:
+def catch_up_checkout(host: git.Repo, task: Task, target: Target, old: str, new: str, tip: str
+                      ) -> tuple[str, str] | None:
     """The checkout of the target, if the apply was killed before it was brought along:
     its branch says `new` while its index and files still say `old`, so the person's next
     commit would undo the task's work. Brought up to date as the apply would have
     (read-tree's two-tree merge keeps the person's own changes or refuses)."""
-    checkout = checked_out(host, target.ref)
+    checkout = checked_out(host, target.ref, Path(task.main_worktree))
     if checkout is None or tip != new:
         return None  # not checked out, or the person has moved on from the apply's commit
     with _apply_lock(Path(host.common_dir)):
@@ -287,16 +289,22 @@ def catch_up_checkout(host: git.Repo, target: Target, old: str, new: str, tip: s
 # --- a checked-out target --------------------------------------------------------------------
 
 
-def checked_out(host: git.Repo, ref: str) -> git.Repo | None:
+def checked_out(host: git.Repo, ref: str, main_worktree: Path) -> git.Repo | None:
+    """The checkout that has `ref` checked out, if one has. `main_worktree`: where exec
+    ran; git names a checkout whose git dir is separate (`git init --separate-git-dir`,
+    a submodule's) by its git dir, and only the task's record knows its files."""
     for entry in git.worktree_list(host):
         if entry.branch == ref and entry.path.is_dir():
-            return _repo_of_checkout(host, entry.path)
+            path = entry.path
+            if os.path.realpath(path) == os.path.realpath(host.common_dir):
+                path = main_worktree
+            found = git.discover(path)
+            if os.path.realpath(found.common_dir) != os.path.realpath(host.common_dir):
+                raise RepoError(f"{ref} is checked out in a work tree of {host.common_dir} that ccm-guard cannot "
+                                f"find (its git dir is separate): apply with --into another branch, then merge it "
+                                "there yourself")
+            return found.repo()
     return None
-
-
-def _repo_of_checkout(host: git.Repo, path: Path) -> git.Repo:
-    found = git.discover(path)
-    return found.repo()
 
 
 def require_clean(checkout: git.Repo, target: Target) -> None:

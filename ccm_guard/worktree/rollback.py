@@ -94,7 +94,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
         registry.set_option(task.id, "rolled_back", None)
         return "an interrupted rollback did not land; the apply stands"
     target = applying.Target(pending["ref"], None)
-    checkout = applying.catch_up_checkout(host, target, old, new, tip)
+    checkout = applying.catch_up_checkout(host, task, target, old, new, tip)
     registry.move(task.id, "ROLLED_BACK")
     found = f"an interrupted rollback had landed on {target.name} as {new[:12]}; recorded it as ROLLED_BACK"
     return found + (f"; {checkout[1]}" if checkout else "")
@@ -177,7 +177,7 @@ def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applyi
             raise StateError(f"{target.name} no longer contains the apply ({new[:12]}): it was already undone")
         result = old if tip == new else _revert_commit(host, task, tip, old, new)
         move = {"ref": target.ref, "old": tip, "new": result, "pid": os.getpid()}
-        moved, _ = applying.move_target(host, Path(task.repo), target, tip, result,
+        moved, _ = applying.move_target(host, task, target, tip, result,
                                         f"ccm-guard: roll back task {task.id}",
                                         lambda: registry.set_option(task.id, "rolled_back", move), "rollback")
         if not moved:

@@ -305,3 +305,22 @@ def test_discard_of_a_task_whose_worktree_vanished_keeps_its_commits_and_only_dr
     assert not git(repo, "branch", "--list", "ccm/t1")
     entries = git(repo, "worktree", "list", "--porcelain")
     assert str(other) in entries and v["worktree"] not in entries
+
+
+def test_apply_and_rollback_where_the_git_dir_is_separate(tmp_path: Path) -> None:
+    """`git init --separate-git-dir` (and submodule checkouts): git names the checkout by
+    its git dir; the apply still brings the person's files along, and the rollback too."""
+    repo = tmp_path / "project"
+    git(tmp_path, "init", "-q", "--separate-git-dir", str(tmp_path / "project.git"), "-b", "main", str(repo))
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    agent = write_agent(tmp_path, "echo b > b.txt\ngit add b.txt\ngit commit -q -m b")
+    assert run_exec(repo, agent, "--task", "sep").code == 0
+    applied = ccm("task", "apply", "sep", cwd=repo)
+    assert applied.returncode == 0, applied.stderr
+    assert f"updated your checkout: {repo}" in applied.stdout
+    assert (repo / "b.txt").read_text() == "b\n" and git(repo, "status", "--porcelain") == ""
+    rolled = ccm("task", "rollback", "sep", cwd=repo)
+    assert rolled.returncode == 0, rolled.stderr
+    assert not (repo / "b.txt").exists() and git(repo, "status", "--porcelain") == ""
