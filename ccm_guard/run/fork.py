@@ -12,10 +12,12 @@ it again later, and why a fork run that is killed leaves every fork explained by
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import select
+import signal
 import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
@@ -111,29 +113,51 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry:
     pending = list(zip(runs, commands))
     live: dict[int, _Child] = {}  # by the fd still open: stdout or stderr
     children: list[_Child] = []
-    interrupted = False
-    while pending or children:
-        while pending and len(children) < max(jobs, 1):
-            run, command = pending.pop(0)
-            child = _Child.start(run, ["exec", *child_args(shared, run.task), "--", *command], found.toplevel, entry)
-            children.append(child)
-            live.update({child.out_fd: child, child.err_fd: child})
-        try:
-            ready, _, _ = select.select(list(live), [], [], 0.05)
-        except KeyboardInterrupt:  # the forks got it too (one process group): wait for their verdicts
-            interrupted, ready = True, []
-            pending.clear()  # and start no more
-        for fd in ready:
-            if not live[fd].read(fd, echo):
-                live.pop(fd)
-        for child in [c for c in children if c.reaped()]:
-            for fd in (child.out_fd, child.err_fd):  # what a process it left behind holds open
-                if fd in live:
-                    live.pop(fd)
-                    child.drain(fd, echo)
-            child.finish()
-            children.remove(child)
+    stopping: list[int] = []  # the signals asking the fork run to stop
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.append(signum)
+        pending.clear()  # start no more forks; the running ones end with their own verdicts
+        if signum == signal.SIGTERM:  # a Ctrl-C reached every fork already (one process group)
+            for child in children:
+                with contextlib.suppress(OSError):
+                    os.kill(child.pid, signal.SIGTERM)
+
+    # Explicit handlers (not KeyboardInterrupt): they also work where SIGINT was ignored
+    # when this process started, as it is for a background job; each fork resets them.
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while pending or children:
+            while pending and len(children) < max(jobs, 1):
+                run, command = pending.pop(0)
+                child = _Child.start(run, ["exec", *child_args(shared, run.task), "--", *command], found.toplevel,
+                                     entry)
+                children.append(child)
+                live.update({child.out_fd: child, child.err_fd: child})
+            _collect(children, live, echo)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    interrupted = bool(stopping)
     return group, [r for r in runs if r.exit_code is not None or not interrupted], interrupted
+
+
+def _collect(children: list["_Child"], live: dict[int, "_Child"], echo: IO[str] | None) -> None:
+    """Relay what the forks printed, for up to 50 ms, and finish the forks that exited."""
+    try:
+        ready, _, _ = select.select(list(live), [], [], 0.05)
+    except InterruptedError:
+        ready = []
+    for fd in ready:
+        if not live[fd].read(fd, echo):
+            live.pop(fd)
+    for child in [c for c in children if c.reaped()]:
+        for fd in (child.out_fd, child.err_fd):  # what a process it left behind holds open
+            if fd in live:
+                live.pop(fd)
+                child.drain(fd, echo)
+        child.finish()
+        children.remove(child)
 
 
 @dataclasses.dataclass
@@ -228,6 +252,8 @@ def _become_fork(entry: Callable[[list[str]], None], args: list[str], cwd: Path,
     `ccm-guard exec ARGS`; never returns."""
     code = 1
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # not the fork run's handlers
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         for fd in parent_ends:
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)

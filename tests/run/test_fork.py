@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ccm, git
 
 GOOD = "echo 'def f(): return 2' > src/app.py && git add -A && git commit -qm good"
@@ -187,13 +188,19 @@ def test_forks_that_cannot_start_say_why_once(repo: Path) -> None:
     assert json.loads(ccm("task", "list", "--all", "--json", cwd=repo).stdout)["tasks"] == []
 
 
-def test_ctrl_c_starts_no_more_forks_and_shows_what_ran(repo: Path) -> None:
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_stopped_fork_run_starts_no_more_forks_and_shows_what_ran(repo: Path, how: str) -> None:
     parent = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--task", "cc", "--jobs", "1",
                                "--fork", "3", "--", "sh", "-c", "sleep 2; echo a > a.txt; git add a.txt; git commit -qm a"],
                               cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+                              start_new_session=True,
+                              # as a background job is started: SIGINT ignored from the start
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     _wait_for(repo, {"cc-1": "ACTIVE"})
-    os.killpg(parent.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    if how == "ctrl-c":
+        os.killpg(parent.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    else:
+        parent.send_signal(signal.SIGTERM)  # a CI runner cancelling the job: the fork run only
     out, _ = parent.communicate(timeout=60)
     assert parent.returncode == 130
     assert "cc-1" in out and "cc-2" not in out
