@@ -51,6 +51,7 @@ class Context:
     before: Snapshot
     after: Snapshot
     delta: Delta
+    main_repo: git.Repo | None = None  # the person's checkout (None: it is not to be looked at)
     main_files_before: Mapping[str, str] | None = None  # the person's dirty/untracked files -> identity
     main_files_after: Mapping[str, str] | None = None
     # admin dir name -> branch ref, of the other registered tasks

@@ -141,6 +141,21 @@ git update-index {flag} src/app.py""")
     assert "flagged assume-unchanged or skip-worktree" in res.reasons("clean-tree")
 
 
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_an_edit_hidden_by_an_index_flag_in_the_persons_checkout_is_named(repo: Path, tmp_path: Path,
+                                                                          flag: str) -> None:
+    """Unsandboxed, the agent flags a file of the person's checkout and edits it there:
+    git status no longer shows it, so the flag itself is reported."""
+    agent = write_agent(tmp_path, f"""{COMMIT}
+cd {repo}
+rgit update-index {flag} src/app.py
+echo "print('edited in your checkout')" > src/app.py""")
+    res = run_exec(repo, agent, "--sandbox", "none")
+    assert plain_git(repo, "status", "--porcelain").stdout == ""  # git itself sees nothing
+    assert "src/app.py" in all_paths(res, "main-checkout")
+    assert "flagged assume-unchanged or skip-worktree" in res.reasons("main-checkout")
+
+
 @pytest.mark.parametrize("what", ["fifo", "bomb"])
 def test_a_loose_object_that_would_hang_or_exhaust_the_check_is_a_forgery(repo: Path, tmp_path: Path,
                                                                          what: str) -> None:

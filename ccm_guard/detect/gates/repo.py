@@ -14,6 +14,7 @@ from ccm_guard.detect.context import (
     Context,
     Finding,
     display,
+    git_or_skip,
     plain,
     planted_links,
 )
@@ -271,4 +272,19 @@ def main_checkout(ctx: Context) -> list[Finding]:
         if touched:
             findings.append(Finding("main-checkout", f"{len(touched)} file(s) in your checkout changed during the run "
                                     "(yours, or the agent's? check them)", tuple(touched), WARN))
-    return findings
+    return findings + _flagged_in_main(ctx)
+
+
+def _flagged_in_main(ctx: Context) -> list[Finding]:
+    """Files of the person's checkout flagged assume-unchanged or skip-worktree, when its
+    index changed during the run: `git status` (and so the check above) does not look at
+    their content, so an edit there would go unseen. Only then: flags need an index write."""
+    main = ctx.main_repo
+    if main is None or not ctx.delta.changed(ctx.delta.main_prefix + "index"):
+        return []
+    flagged = git_or_skip(lambda: git.hidden_by_index_flags(main))
+    if not flagged:
+        return []
+    return [Finding("main-checkout", f"{len(flagged)} file(s) of your checkout are flagged assume-unchanged or "
+                    "skip-worktree, and its index changed during the run: git status does not show their "
+                    "changes (`git ls-files -v` lists them; check them)", tuple(flagged), WARN)]
