@@ -36,7 +36,7 @@ from ccm_guard.detect.paths import (
     staged_violations,
 )
 from ccm_guard.detect.policy_at import for_checkout, policy_at
-from ccm_guard.errors import UsageError
+from ccm_guard.errors import GuardError, UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +156,14 @@ def _recorded_commits(repo: git.Repo) -> tuple[str, ...]:
         return ()
     from ccm_guard.state.registry import Registry
 
-    registry = Registry()
     try:
-        tasks = registry.list(repo=str(repo.common_dir), live_only=False)
-    finally:
-        registry.close()
+        registry = Registry()
+        try:
+            tasks = registry.list(repo=str(repo.common_dir), live_only=False)
+        finally:
+            registry.close()
+    except GuardError:  # a damaged registry proves nothing; verify itself does not need it
+        return ()
     found = [c for t in tasks for c in (t.option("ccm_commits") or [])]
     found += [t.option("applied")["new"] for t in tasks if isinstance(t.option("applied"), dict)
               and t.option("applied").get("new")]

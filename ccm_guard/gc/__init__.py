@@ -211,7 +211,8 @@ def _plan_expiry(host: git.Repo | None, t: Task, refs: dict[str, str], opts: Opt
     copied = (t.option("archive") or {}).get("path") if host is None else None
     paths = [p for p in (copied, t.log_dir) if p and os.path.isdir(p)]
     if commit is None and not snapshots and not paths:
-        if t.status != "CLEANED_UP":
+        # One more retention, counted from when its archive went (or its last change).
+        if t.status != "CLEANED_UP" or opts.now - (t.option("expired_at") or 0) < opts.archive_days * 86400:
             return None
         return Action("expired-row", str(host.common_dir) if host else t.repo, t.id,
                       f"CLEANED_UP for {human_age(age)} with nothing of it left, past --archive-days "

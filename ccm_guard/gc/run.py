@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from pathlib import Path
 
 from ccm_guard import failpoints, git
@@ -255,6 +256,7 @@ def _run_expiry(action: Action, registry: Registry) -> None:
     if t.status == "DISCARDED":
         registry.move(t.id, "CLEANED_UP")
         action.done.append("marked CLEANED_UP")
+    registry.set_option(t.id, "expired_at", time.time())  # its row goes one retention later
 
 
 def _run_forget(action: Action, registry: Registry) -> None:

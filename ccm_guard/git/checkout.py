@@ -79,10 +79,12 @@ def reset_hard(repo: Repo, rev: str = "HEAD") -> None:
     run(["reset", "--quiet", "--hard", "--no-recurse-submodules", rev, "--"], repo)
 
 
-def restore_paths(repo: Repo, rev: str, paths: Sequence[str]) -> None:
-    """Paths in index and work tree as `rev` has them (absent where it has none), in one call."""
+def restore_paths(repo: Repo, rev: str, paths: Sequence[str], *, work_tree: bool = True) -> None:
+    """Paths in the index (and the work tree) as `rev` has them (absent where it has
+    none), in one call."""
     if paths:
-        run(["restore", "--source", rev, "--staged", "--worktree", "--pathspec-from-file=-", "--pathspec-file-nul"],
+        where = ["--staged", "--worktree"] if work_tree else ["--staged"]
+        run(["restore", "--source", rev, *where, "--pathspec-from-file=-", "--pathspec-file-nul"],
             repo, input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
 
 

@@ -210,11 +210,24 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
     if not outside:
         return changes
     kept = [c for c in changes if c.where not in outside]
+    try:
+        meeting = merge_base(repo, base, head)
+    except GitError:  # unrelated histories: the base itself is the nearest thing
+        meeting = base
     for merge, base_side in outside.items():
         for parent in base_side:
-            diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", parent, merge, "--"], repo).out
-            kept += _parse_raw(diff.split("\0"), merge)
+            kept += _tree_changes(repo, parent, merge)
+            if parent != meeting:
+                # An older commit of the base: what the base changed since is compared
+                # with the merge too, or a merge of an older base could undo it unseen.
+                since = {c.path for c in _tree_changes(repo, parent, meeting)}
+                kept += [c for c in _tree_changes(repo, meeting, merge) if c.path in since]
     return kept
+
+
+def _tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
+    diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", old, new, "--"], repo).out
+    return _parse_raw(diff.split("\0"), new)
 
 
 def staged_changes(repo: Repo) -> list[RawChange]:

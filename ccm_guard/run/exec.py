@@ -214,41 +214,72 @@ def _check(opts: ExecOptions, ready: Ready, registry: Registry, head: str
     env, marker = _environment(opts, ready.task, pins, ready.armed, registry)
     result = run_steps((opts.check,), worktree=pins.worktree, env=env, log_dir=Path(ready.task.log_dir, "check"),
                        timeout=opts.check_timeout, confine=ready.armed.confine, marker=marker)
-    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     setup_files = dict(ready.setup_files or {})
-    moved, wrote = False, []
     try:
-        for entry in git.status(repo):  # against the HEAD the check left: what it wrote last
-            if entry.path not in setup_files:
-                wrote.append(entry)
-        now = git.resolve_commit(repo, pins.branch_ref)
-        moved = now != head
-        if moved:
-            git.update_ref(repo, pins.branch_ref, head, now, message="ccm-guard: undo what --check committed")
-        if git.symbolic_head(repo) != pins.branch_ref:
-            git.set_symbolic_head(repo, pins.branch_ref)
-            moved = True
-        if moved:
-            git.reset_hard(repo, head)  # index and tracked files as the agent committed them
-        seen = {e.path for e in wrote}
-        for entry in git.status(repo):
-            if entry.path in setup_files:
-                setup_files[entry.path] = file_identity(pins.worktree, entry)
-            elif entry.path not in seen:
-                wrote.append(entry)
-        git.restore_paths(repo, head, [e.path for e in wrote if e.code != "??"])
-        for entry in wrote:
-            if entry.code == "??":  # untracked: the check made it
-                target = pins.worktree / entry.path
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target, ignore_errors=True)
-                else:
-                    target.unlink(missing_ok=True)
+        discarded, moved = _put_back(pins, head, setup_files)
         error = None
     except (GuardError, OSError) as exc:
+        discarded, moved = [], False
         error = f"--check changed the worktree and it could not all be put back: {getattr(exc, 'message', exc)}"
-    return (dataclasses.replace(result, discarded=tuple(e.path for e in wrote), moved_branch=moved),
-            setup_files, error)
+    _record_setup_files(registry, ready.task, setup_files)
+    return dataclasses.replace(result, discarded=tuple(discarded), moved_branch=moved), setup_files, error
+
+
+def _put_back(pins: Pins, head: str, setup_files: dict[str, str]) -> tuple[list[str], bool]:
+    """The task's branch, HEAD, index and files as they were before the check, except the
+    setup step's files, which keep what the check wrote (their identities updated in
+    `setup_files`). Returns the paths put back and whether a commit or checkout was undone."""
+    repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    wrote = {e.path for e in git.status(repo)} - set(setup_files)  # as it left them: for the report
+    now = git.resolve_commit(repo, pins.branch_ref)
+    moved = now != head
+    if moved:
+        git.update_ref(repo, pins.branch_ref, head, now, message="ccm-guard: undo what --check committed")
+    if git.symbolic_head(repo) != pins.branch_ref:
+        git.set_symbolic_head(repo, pins.branch_ref)
+        moved = True
+    entries = git.status(repo)  # against the agent's commit again: what differs now is the check's
+    ours = [e for e in entries if e.path not in setup_files]
+    for entry in ours:  # first: a file to restore may need the place a new one took
+        if entry.code == "??":
+            _remove(pins.worktree / entry.path)
+    tracked = [e.path for e in ours if e.code != "??"]
+    for path in tracked:
+        if (pins.worktree / path).is_dir() and not (pins.worktree / path).is_symlink():
+            _remove(pins.worktree / path)  # a directory where the agent committed a file
+    git.restore_paths(repo, head, tracked)
+    git.restore_paths(repo, head, [e.path for e in entries if e.path in setup_files and e.code[0] not in ".?"],
+                      work_tree=False)  # a setup file the check committed: its edit stays, unstaged
+    for entry in git.status(repo):
+        if entry.path in setup_files:
+            setup_files[entry.path] = file_identity(pins.worktree, entry)
+    return sorted(wrote | {e.path for e in ours}), moved
+
+
+def _remove(path: Path) -> None:
+    """Remove what is at `path`, a link as a link, gone or not."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+
+
+def _record_setup_files(registry: Registry, task: Task, setup_files: Mapping[str, str]) -> None:
+    """The setup files as the check left them, into the task's baseline (and its digest):
+    a later audit or resume judges from there."""
+    row = registry.get(task.id)
+    if not row.baseline or not os.path.exists(row.baseline) \
+            or file_digest(Path(row.baseline)) != row.option("baseline_sha256"):
+        return  # (a baseline changed behind ccm-guard's back is not made good here: audit refuses it)
+    data = json.loads(Path(row.baseline).read_text())
+    if data.get("setup_files", {}) == dict(setup_files):
+        return
+    data["setup_files"] = dict(setup_files)
+    Path(row.baseline).write_text(json.dumps(data))
+    registry.set_option(task.id, "baseline_sha256", file_digest(Path(row.baseline)))
 
 
 def _environment(opts: ExecOptions, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry

@@ -113,27 +113,30 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry:
     pending = list(zip(runs, commands))
     live: dict[int, _Child] = {}  # by the fd still open: stdout or stderr
     children: list[_Child] = []
-    stopping: list[int] = []  # the signals asking the fork run to stop
-
-    def stop(signum: int, frame: object) -> None:
-        stopping.append(signum)
-        pending.clear()  # start no more forks; the running ones end with their own verdicts
-        if signum == signal.SIGTERM:  # a Ctrl-C reached every fork already (one process group)
-            for child in children:
-                with contextlib.suppress(OSError):
-                    os.kill(child.pid, signal.SIGTERM)
+    stopping: list[int] = []  # the signals asking the fork run to stop (the handler only notes them)
+    told: set[int] = set()  # forks already passed a SIGTERM
 
     # Explicit handlers (not KeyboardInterrupt): they also work where SIGINT was ignored
     # when this process started, as it is for a background job; each fork resets them.
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, lambda signum, frame: stopping.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while pending or children:
-            while pending and len(children) < max(jobs, 1):
+            if stopping:
+                pending.clear()  # start no more forks; the running ones end with their own verdicts
+                if signal.SIGTERM in stopping:  # a Ctrl-C reached every fork already (one process group)
+                    for child in children:
+                        if child.pid not in told:
+                            told.add(child.pid)
+                            with contextlib.suppress(OSError):
+                                os.kill(child.pid, signal.SIGTERM)
+            if pending and len(children) < max(jobs, 1):
                 run, command = pending.pop(0)
                 child = _Child.start(run, ["exec", *child_args(shared, run.task), "--", *command], found.toplevel,
                                      entry)
                 children.append(child)
                 live.update({child.out_fd: child, child.err_fd: child})
+                continue
             _collect(children, live, echo)
     finally:
         for signum, handler in previous.items():
@@ -180,9 +183,15 @@ class _Child:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()  # or the fork would print it again
-        pid = os.fork()
-        if pid == 0:
-            _become_fork(entry, args, cwd, out_w, err_w, (out_r, err_r))
+        # No signal between the fork and the child's own handlers: it would run the parent's.
+        stops = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _become_fork(entry, args, cwd, out_w, err_w, (out_r, err_r), unblock=stops)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
         os.close(out_w)
         os.close(err_w)
         return cls(run, pid, out_r, err_r)
@@ -247,13 +256,14 @@ class _Child:
 
 
 def _become_fork(entry: Callable[[list[str]], None], args: list[str], cwd: Path, out_w: int, err_w: int,
-                 parent_ends: tuple[int, ...]) -> None:
+                 parent_ends: tuple[int, ...], unblock: set[signal.Signals]) -> None:
     """In the forked child: stdin from /dev/null, stdout and stderr into the pipes, then
     `ccm-guard exec ARGS`; never returns."""
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # not the fork run's handlers
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock)
         for fd in parent_ends:
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)

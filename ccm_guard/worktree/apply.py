@@ -296,10 +296,11 @@ def checked_out(host: git.Repo, ref: str, main_worktree: Path) -> git.Repo | Non
     for entry in git.worktree_list(host):
         if entry.branch == ref and entry.path.is_dir():
             path = entry.path
-            if os.path.realpath(path) == os.path.realpath(host.common_dir):
+            listed = os.path.realpath(path)
+            if listed == os.path.realpath(host.common_dir):
                 path = main_worktree
             found = git.discover(path)
-            if os.path.realpath(found.common_dir) != os.path.realpath(host.common_dir):
+            if os.path.realpath(found.git_dir) != listed and os.path.realpath(found.toplevel) != listed:
                 raise RepoError(f"{ref} is checked out in a work tree of {host.common_dir} that ccm-guard cannot "
                                 f"find (its git dir is separate): apply with --into another branch, then merge it "
                                 "there yourself")

@@ -103,6 +103,21 @@ def test_a_pull_request_that_merged_its_base_is_not_blamed_for_the_base(repo: Pa
     assert code == 1 and "src/app.py" in json.dumps(_gate(report, "path-policy"))
 
 
+def test_a_merge_of_an_older_base_cannot_undo_the_base_unseen(repo: Path) -> None:
+    """The pull request builds on the base B, then merges B's parent with B's hardening
+    reverted: merging the pull request would fast-forward and lose it."""
+    _commit(repo, {".github/workflows/ci.yml": "on: push\n"}, "ci")
+    older = git(repo, "rev-parse", "HEAD")
+    base = _commit(repo, {".github/workflows/ci.yml": "on: push\npermissions: read-all\n"}, "harden ci")
+    _commit(repo, {"tests/test_x.py": "assert 1\n"}, "tests")
+    git(repo, "merge", "-q", "-s", "ours", "--no-edit", "--no-ff", older)
+    git(repo, "checkout", "-q", older, "--", ".github/workflows/ci.yml")
+    git(repo, "commit", "-q", "--amend", "--no-edit")
+    assert git(repo, "show", "HEAD:.github/workflows/ci.yml") == "on: push"
+    code, report = _verify(repo, "--role", "test-writer", f"{base}..HEAD")
+    assert code == 1 and ".github/workflows/ci.yml" in json.dumps(_gate(report, "path-policy"))
+
+
 def test_bad_ranges_are_one_line_usage_errors(repo: Path) -> None:
     for args, expected in ((["nonsense"], "BASE..HEAD"), (["nope..HEAD"], "fetch-depth: 0"),
                            ([], "no range given")):

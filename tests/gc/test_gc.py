@@ -470,8 +470,11 @@ def test_an_expired_task_takes_its_snapshots_and_logs_along_and_its_row_goes_lat
     assert git(repo, "for-each-ref", "refs/ccm-guard/") == "" and not logs.exists()
     assert _status("old") == "CLEANED_UP" and _only(_gc(repo)[1], "expired-archive") == []
     # One retention later the row goes too: the registry does not grow without bound.
+    _age("old", 31 * DAY)  # its last change long ago, but its archive went just now
     assert _only(_gc(repo)[1], "expired-row") == []
-    _age("old", 31 * DAY)
+    options = Registry().get("old").option_dict()
+    assert time.time() - options["expired_at"] < 600
+    _set("old", options=json.dumps({**options, "expired_at": time.time() - 31 * DAY}))
     code, report = _gc(repo, "--yes")
     [action] = _only(report, "expired-row")
     assert code == 0 and action["done"] == ["forgot the row"]

@@ -113,10 +113,27 @@ def test_a_check_is_put_back_and_judged_again(repo: Path, tmp_path: Path) -> Non
     assert result.code == 0, result.stdout + result.stderr  # a failing check is reported, not a failed run
     checked = result.verdict["check"]
     assert checked["failed"] and checked["exit_code"] == 3 and checked["moved_branch"] is True
-    assert sorted(checked["discarded"]) == ["README.md", "junk.txt"]
+    assert sorted(checked["discarded"]) == ["README.md", "junk.txt", "work.txt"]  # work.txt: its commit
     worktree = Path(result.verdict["worktree"])
     assert (worktree / "work.txt").read_text() == "done\n" and (worktree / "gen.txt").exists()
     assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/ccm/c1"
     assert git(worktree, "status", "--porcelain") == "?? gen.txt"
     shown = ccm("exec", "--setup", "true", "--check", "exit 4", "--", str(agent), cwd=repo)
     assert "check: 'exit 4' exited 4" in shown.stdout
+    assert ccm("audit", "c1", cwd=repo).returncode == 0  # the setup file as the check left it is recorded
+
+
+def test_a_check_that_reshapes_the_tree_is_put_back(repo: Path, tmp_path: Path) -> None:
+    """A tracked directory replaced by a link, a tracked file by a directory, and a commit
+    on top of a tracked file setup had edited: all put back, setup's edit kept."""
+    agent = write_agent(tmp_path, COMMIT)
+    check = ('rm -rf src && ln -s /tmp src && rm README.md && mkdir README.md && echo x > README.md/inner && '
+             '"${CCM_GUARD_REAL_GIT:-git}" -c core.hooksPath=/dev/null commit -qam reshaped')
+    result = run_exec(repo, agent, "--setup", "echo setup-line >> work-notes.txt && git add -N work-notes.txt",
+                      "--check", check, "--task", "c2")
+    assert result.code == 0, result.stdout + result.stderr
+    worktree = Path(result.verdict["worktree"])
+    assert (worktree / "src" / "app.py").read_text() == "print('hi')\n" and not (worktree / "src").is_symlink()
+    assert (worktree / "README.md").read_text() == "# project\n"
+    assert (worktree / "work-notes.txt").read_text() == "setup-line\n"
+    assert result.verdict["check"]["moved_branch"] is True and result.verdict["errors"] == []

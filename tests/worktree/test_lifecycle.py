@@ -324,3 +324,22 @@ def test_apply_and_rollback_where_the_git_dir_is_separate(tmp_path: Path) -> Non
     rolled = ccm("task", "rollback", "sep", cwd=repo)
     assert rolled.returncode == 0, rolled.stderr
     assert not (repo / "b.txt").exists() and git(repo, "status", "--porcelain") == ""
+
+
+def test_apply_never_brings_along_a_checkout_of_another_branch(tmp_path: Path) -> None:
+    """Separate git dir, exec run from a linked worktree on another branch, apply --into
+    main (checked out in the separate-git-dir checkout): the linked worktree is not main's
+    checkout; the apply is refused rather than updating the wrong files."""
+    repo = tmp_path / "project"
+    git(tmp_path, "init", "-q", "--separate-git-dir", str(tmp_path / "project.git"), "-b", "main", str(repo))
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    linked = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(linked))
+    agent = write_agent(tmp_path, "echo b > b.txt\ngit add b.txt\ngit commit -q -m b")
+    assert run_exec(linked, agent, "--task", "other").code == 0
+    proc = ccm("task", "apply", "other", "--into", "main", cwd=linked)
+    assert proc.returncode == 5 and "cannot find" in proc.stderr, proc.stdout + proc.stderr
+    assert git(linked, "status", "--porcelain") == "" and git(repo, "status", "--porcelain") == ""
+    assert git(repo, "log", "-1", "--format=%s") == "initial"
