@@ -353,3 +353,30 @@ def test_a_hung_holder_of_the_registry_is_waited_for_only_so_long(tmp_path: Path
         holder.wait()
 
     Registry(tmp_path / "registry.db").close()  # once it is gone, the registry opens again
+
+
+def test_gc_on_a_full_disk_says_so_keeps_the_work_and_a_later_gc_finishes(tmp_path: Path) -> None:
+    """gc archives a stale task's uncommitted work before removing anything: on a full disk
+    that fails, gc names it in one line per action (exit 7, no traceback), keeps the
+    worktree, and once there is room the same gc finishes the job."""
+    with small_tmpfs(tmp_path / "small", "40m") as small:
+        repo = make_repo(small / "repo")
+        wip = "head -c 200000 /dev/urandom | base64 > wip.txt\n"
+        result = run_exec(repo, write_agent(tmp_path, COMMIT + wip), "--task", "old")
+        assert result.code == 1
+        with sqlite3.connect(Path(os.environ["CCM_GUARD_HOME"]) / "registry.db") as db:
+            db.execute("UPDATE tasks SET updated_at = ? WHERE id = 'old'", (time.time() - 30 * 86400,))
+        filler = small / "filler"
+        with open(filler, "wb") as fh, pytest.raises(OSError):
+            while True:
+                fh.write(b"\0" * (1 << 20))
+                fh.flush()
+        full = ccm("gc", "--yes", cwd=repo)
+        assert full.returncode == 7, full.stdout + full.stderr
+        assert "Traceback" not in full.stderr and "No space left on device" in full.stdout + full.stderr
+        assert Path(result.verdict["worktree"], "wip.txt").exists()  # nothing removed unarchived
+        filler.unlink()
+        again = ccm("gc", "--yes", "--json", cwd=repo)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert not Path(result.verdict["worktree"]).exists()
+        assert git(repo, "show", "refs/ccm-guard/archive/old:wip.txt")
