@@ -271,8 +271,9 @@ def task_restore(task_id: str, as_json: bool) -> None:
     from ccm_guard.state.registry import Registry
 
     result = restore(Registry(), task_id)
-    _emit(result, as_json, [f"ccm-guard: restored task {task_id} in {result['worktree']} on {result['branch']}"
-                            + (" (with its uncommitted work)" if result["uncommitted_work"] else "")])
+    where = f" on {result['branch']}" if result.get("branch") else " (a copied directory)"
+    _emit(result, as_json, [f"ccm-guard: restored task {task_id} in {result['worktree']}{where}"
+                            + (" (with its uncommitted work)" if result.get("uncommitted_work") else "")])
 
 
 @_task_command(

@@ -428,3 +428,16 @@ def git_numstat(old: Path, new: Path) -> tuple[int, int]:
                          capture_output=True, text=True).stdout
     added, deleted, _ = out.split("\t", 2)
     return int(added), int(deleted)
+
+
+def test_discard_and_restore_of_a_copied_directory_through_the_command_line(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "a.txt").write_text("a\n")
+    assert run_exec(plain, write_agent(tmp_path, "echo b >> a.txt\n"), "--task", "cp").code == 0
+    assert ccm("task", "discard", "cp", cwd=tmp_path).returncode == 0
+    restored = ccm("task", "restore", "cp", cwd=tmp_path)
+    assert restored.returncode == 0 and "Traceback" not in restored.stderr, restored.stderr
+    assert restored.stdout.startswith("ccm-guard: restored task cp in ") and "(a copied directory)" in restored.stdout
+    again = ccm("task", "restore", "cp", "--json", cwd=tmp_path)
+    assert again.returncode == 7 and json.loads(again.stdout)["exit_code"] == 7
