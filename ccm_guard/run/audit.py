@@ -24,12 +24,14 @@ from ccm_guard.run.exec import file_digest
 from ccm_guard.run.judge import judge
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
+from ccm_guard.worktree.ops import require_git
 
 
 def audit_task(task_id: str, registry: Registry, read_only: bool = False,
                require_commit: bool | None = None, accept: bool = False) -> Verdict:
     """The same gates on a finished task, against the snapshot and the checks of its run."""
     task = registry.get(task_id)
+    require_git(task, "audit")
     recorded = json.loads(task.options or "{}")
     override = Path(recorded["policy"]) if recorded.get("policy") else None
     role = policy_at(layout.host_repo(Path(task.repo)), task.base, override).role(recorded.get("role"))

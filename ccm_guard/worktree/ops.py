@@ -26,8 +26,17 @@ from ccm_guard.git import layout
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.pins import ARCHIVE_PREFIX, Pins
-from ccm_guard.state.registry import Registry, Task
+from ccm_guard.state.registry import COPIED_DIRECTORY, Registry, Task
 from ccm_guard.worktree import apply as applying
+
+
+def require_git(task: Task, command: str) -> None:
+    """Refuse, saying what to do instead, a git-only command on a task that ran in a
+    copied directory (no repository: no branch, no commits, no snapshots)."""
+    if task.strategy == COPIED_DIRECTORY:
+        raise UsageError(f"task {task.id} ran in a copied directory, which has no git: `ccm-guard {command}` needs "
+                         f"a repository; compare by hand with `diff -ru {task.main_worktree} {task.worktree}`, "
+                         f"and `ccm-guard task apply {task.id}` or `task discard {task.id}` what it did")
 
 
 def pins_of(task: Task) -> Pins:
@@ -187,10 +196,12 @@ def diff(registry: Registry, task_id: str, other_id: str | None = None) -> str:
     """The task's change against its base as git shows it, uncommitted work included; with
     `other_id`, from that task's work to this one's (two forks of one group)."""
     task = registry.get(task_id)
+    require_git(task, "task diff")
     host = layout.host_repo(Path(task.repo))
     if other_id is None:
         return git.diff_text(host, task.base, _work(task, host))
     other = registry.get(other_id)
+    require_git(other, "task diff")
     if other.repo != task.repo:
         raise UsageError(f"tasks {task_id} and {other_id} are of different repositories: nothing to compare")
     return git.diff_text(host, _work(other, host), _work(task, host))

@@ -19,7 +19,7 @@ from ccm_guard.git import layout
 from ccm_guard.state.pins import SNAPSHOT_PREFIX
 from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree import apply as applying
-from ccm_guard.worktree.ops import _not_running, _work_head, task_repo
+from ccm_guard.worktree.ops import _not_running, _work_head, require_git, task_repo
 
 
 def snapshots(host: git.Repo, task_id: str) -> dict[int, str]:
@@ -31,6 +31,7 @@ def snapshots(host: git.Repo, task_id: str) -> dict[int, str]:
 def take_snapshot(registry: Registry, task_id: str, why: str = "by hand") -> dict[str, Any]:
     """The worktree as it is now (commits and uncommitted work) under refs/ccm-guard/snapshots/<task>/<n>."""
     task = registry.get(task_id)
+    require_git(task, "task snapshot")
     repo = task_repo(task)
     return _snapshot(repo, task, why)
 
@@ -102,6 +103,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
 
 def rollback(registry: Registry, task_id: str, to_snapshot: int | None = None, path: str | None = None) -> dict[str, Any]:
     task = registry.get(task_id)
+    require_git(task, "task rollback")
     applying.reconcile(registry, task)
     repaired = reconcile(registry, registry.get(task_id))
     task = registry.get(task_id)

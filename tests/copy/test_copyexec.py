@@ -441,3 +441,7 @@ def test_discard_and_restore_of_a_copied_directory_through_the_command_line(tmp_
     assert restored.stdout.startswith("ccm-guard: restored task cp in ") and "(a copied directory)" in restored.stdout
     again = ccm("task", "restore", "cp", "--json", cwd=tmp_path)
     assert again.returncode == 7 and json.loads(again.stdout)["exit_code"] == 7
+    for command in (["task", "diff", "cp"], ["task", "snapshot", "cp"], ["task", "rollback", "cp"], ["audit", "cp"]):
+        refused = ccm(*command, cwd=tmp_path)  # git-only: said so, with what to do instead
+        assert refused.returncode == 2 and "ran in a copied directory, which has no git" in refused.stderr
+        assert f"diff -ru {plain}" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
