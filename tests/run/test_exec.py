@@ -300,13 +300,18 @@ rm -f push.err ref.err""")
 def _printed_commands(verdict: dict[str, Any]) -> list[str]:
     """The next steps a verdict prints that are commands (after their label)."""
     return [step.split(":", 1)[1].split("   (")[0].strip() for step in verdict["next_steps"]
-            if not step.startswith("inspect:")]
+            if not step.startswith(("inspect:", "first:"))]
 
 
-@pytest.mark.parametrize("case", ["passed", "failed", "applied", "removed"])
+UNTRUSTING = '\nrgit config -f "$(git rev-parse --git-common-dir)/config" core.fsmonitor true\n'
+
+
+@pytest.mark.parametrize("case", ["passed", "failed", "applied", "removed", "untrusted"])
 def test_every_printed_next_step_runs(repo: Path, tmp_path: Path, case: str) -> None:
-    body = COMMIT.replace("$1", "x") + ("echo junk > junk.txt\n" if case in ("failed", "removed") else "")
-    options = {"applied": ["--apply"], "removed": ["--on-fail", "discard"]}.get(case, [])
+    body = COMMIT.replace("$1", "x") + ("\necho junk > junk.txt\n" if case in ("failed", "removed") else "") \
+        + (UNTRUSTING if case == "untrusted" else "")
+    options = {"applied": ["--apply"], "removed": ["--on-fail", "discard"], "untrusted": ["--sandbox", "none"]}.get(
+        case, [])
     res = run_exec(repo, write_agent(tmp_path, body), "--task", "t1", *options)
     commands = _printed_commands(res.verdict)
     assert commands, res.verdict["next_steps"]
@@ -318,3 +323,6 @@ def test_every_printed_next_step_runs(repo: Path, tmp_path: Path, case: str) -> 
         # audit of a failing task reports the failure (1); anything else must just work
         assert proc.returncode in ((0, 1) if "audit" in command else (0,)), (command, proc.stderr)
         assert "error:" not in proc.stderr, (command, proc.stderr)
+    if case == "untrusted":  # no step may send the person into the repository with git first
+        assert res.verdict["next_steps"][0].startswith("first:   run no git in")
+        assert not any(step.startswith(("inspect:", "discard:")) for step in res.verdict["next_steps"])
