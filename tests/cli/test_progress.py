@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import pty
+import select
 import sys
 import time
 
@@ -22,13 +23,13 @@ def _on_a_terminal(monkeypatch: pytest.MonkeyPatch, seconds: float, quiet: bool 
     with progress.step("checking out the task's worktree"):
         time.sleep(seconds)
     sys.stderr.flush()
-    os.set_blocking(master, False)
-    try:
-        return os.read(master, 65536).decode()
-    except BlockingIOError:
-        return ""
+    shown = b""
+    try:  # a terminal hands its output over in pieces: read until it has been quiet a while
+        while select.select([master], [], [], 0.5)[0]:
+            shown += os.read(master, 65536)
     finally:
         os.close(master)
+    return shown.decode()
 
 
 def test_a_slow_step_shows_progress_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
