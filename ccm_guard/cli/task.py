@@ -52,6 +52,8 @@ def task() -> None:
       ccm-guard task discard T       archive everything, then remove worktree and branch
       ccm-guard task restore T       bring a discarded task back
       ccm-guard task rollback T      worktree back to base (or an applied task's target back)
+      ccm-guard task compare G       the forks of `exec --fork` side by side
+      ccm-guard task pick G-2        apply one fork, archive the others
     """
 
 
