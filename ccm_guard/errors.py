@@ -101,3 +101,12 @@ class AgentNotFound(GuardError):
 
 class AgentNotExecutable(GuardError):
     exit_code = ExitCode.NOT_EXECUTABLE
+
+
+class ForkRefused(GuardError):
+    """`exec --fork`: every fork's exec refused before making anything; the first one's
+    reason and exit code are the fork run's."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = next((c for c in ExitCode if c == code), ExitCode.USAGE)

@@ -15,7 +15,7 @@ from ccm_guard.cli.options import (
     handled,
     run_options,
 )
-from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, GuardError, UsageError
+from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode, ForkRefused, UsageError
 
 if TYPE_CHECKING:
     from ccm_guard.agent.options import ExecOptions
@@ -141,14 +141,6 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     verdict = execute(opts, Registry())
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(int(verdict.exit_code))
-
-
-class ForkRefused(GuardError):
-    """Every fork's exec refused before making anything: its reason and exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = next((c for c in ExitCode if c == code), ExitCode.USAGE)
 
 
 def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jobs: int | None,

@@ -133,17 +133,16 @@ def verify(rev_range: str | None, role: str | None, policy_file: Path | None, as
         click.echo(json_text(report.to_json()))
     elif fmt == "github":
         click.echo(github_annotations(report))
-        _github_files(report, render_range(report))
+        _github_files(report.outcome, render_range(report))
     else:
         click.echo(render_range(report))
     sys.exit(1 if report.outcome == "fail" else 0)
 
 
-def _github_files(report: "object", text: str) -> None:
+def _github_files(outcome: str, text: str) -> None:
     """The step summary (Markdown) and the step's `outcome` output, where the runner asks."""
     import os
 
-    outcome = report.outcome  # type: ignore[attr-defined]
     for var, content in (("GITHUB_STEP_SUMMARY", f"### ccm-guard verify: {outcome}\n\n```\n{text}\n```\n"),
                          ("GITHUB_OUTPUT", f"outcome={outcome}\n")):
         if os.environ.get(var):

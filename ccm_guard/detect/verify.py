@@ -164,7 +164,4 @@ def _recorded_commits(repo: git.Repo) -> tuple[str, ...]:
             registry.close()
     except GuardError:  # a damaged registry proves nothing; verify itself does not need it
         return ()
-    found = [c for t in tasks for c in (t.option("ccm_commits") or [])]
-    found += [t.option("applied")["new"] for t in tasks if isinstance(t.option("applied"), dict)
-              and t.option("applied").get("new")]
-    return tuple(found)
+    return tuple(c for t in tasks for c in t.ccm_commits())

@@ -205,8 +205,8 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
         return changes
     parents = {line.split(" ")[0]: line.split(" ")[1:] for line in
                run(["rev-list", "--parents", f"{base}..{head}", "--"], repo).out.split("\n") if line}
-    outside = {commit: [p for p in ps if p not in parents] for commit, ps in parents.items() if len(ps) > 1}
-    outside = {commit: ps for commit, ps in outside.items() if ps}
+    outside = {commit: base_side for commit, ps in parents.items() if len(ps) > 1
+               for base_side in [[p for p in ps if p not in parents]] if base_side}
     if not outside:
         return changes
     kept = [c for c in changes if c.where not in outside]

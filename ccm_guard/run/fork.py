@@ -130,7 +130,7 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry:
                             told.add(child.pid)
                             with contextlib.suppress(OSError):
                                 os.kill(child.pid, signal.SIGTERM)
-            if pending and len(children) < max(jobs, 1):
+            if pending and len(children) < jobs:
                 run, command = pending.pop(0)
                 child = _Child.start(run, ["exec", *child_args(shared, run.task), "--", *command], found.toplevel,
                                      entry)
@@ -147,10 +147,7 @@ def run_forks(opts: ExecOptions, commands: list[list[str]], jobs: int, *, entry:
 
 def _collect(children: list["_Child"], live: dict[int, "_Child"], echo: IO[str] | None) -> None:
     """Relay what the forks printed, for up to 50 ms, and finish the forks that exited."""
-    try:
-        ready, _, _ = select.select(list(live), [], [], 0.05)
-    except InterruptedError:
-        ready = []
+    ready, _, _ = select.select(list(live), [], [], 0.05)  # (a signal's handler returns: select goes on)
     for fd in ready:
         if not live[fd].read(fd, echo):
             live.pop(fd)
@@ -405,7 +402,5 @@ def sorted_by_group(tasks: Iterable[Task]) -> list[Task]:
 
 
 def default_jobs() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 

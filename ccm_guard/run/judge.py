@@ -113,7 +113,7 @@ def judge(
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
                   ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
-                  ccm_commits=recorded_commits(registry.get(task.id)), registry_reachable=not sandboxed,
+                  ccm_commits=registry.get(task.id).ccm_commits(), registry_reachable=not sandboxed,
                   setup_files=setup_files or {})
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []
@@ -147,15 +147,9 @@ def judge(
     )
 
 
-def recorded_commits(task: Task) -> tuple[str, ...]:
-    """Commits ccm-guard made on the task's branch in any run of it (recovery commits,
-    recorded in the registry, which the agent cannot reach under the sandbox)."""
-    found = task.option("ccm_commits")
-    return tuple(c for c in found if isinstance(c, str)) if isinstance(found, list) else ()
-
-
 def record_commit(registry: Registry, task: Task, commit: str) -> None:
-    registry.set_option(task.id, "ccm_commits", [*recorded_commits(registry.get(task.id)), commit])
+    recorded = registry.get(task.id).option("ccm_commits")
+    registry.set_option(task.id, "ccm_commits", [*(recorded if isinstance(recorded, list) else []), commit])
 
 
 def _recorded_moves(others: list[Task]) -> tuple[tuple[str, str, str], ...]:

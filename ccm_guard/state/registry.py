@@ -98,6 +98,15 @@ class Task:
         data = json.loads(self.options or "{}")
         return data if isinstance(data, dict) else {}
 
+    def ccm_commits(self) -> tuple[str, ...]:
+        """Commits ccm-guard itself made for this task: its recovery commits on the task's
+        branch, and the commit its apply landed. A commit claiming to be ccm-guard's is
+        excused by this record alone (kept in the registry, out of a sandboxed agent's reach)."""
+        recovered = self.option("ccm_commits")  # run/judge.record_commit writes it
+        applied = self.option("applied")
+        return (tuple(c for c in recovered if isinstance(c, str)) if isinstance(recovered, list) else ()) + \
+            ((applied["new"],) if isinstance(applied, dict) and isinstance(applied.get("new"), str) else ())
+
     def option(self, key: str) -> Any:
         return self.option_dict().get(key)
 
