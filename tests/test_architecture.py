@@ -22,7 +22,7 @@ RANK = {
     "detect": 5,
     "pool": 4, "policy": 4,
     "state": 3,
-    "git": 2,
+    "git": 2, "pathrules": 2,
     "agent": 1,
 }
 LEAVES = {"errors", "text", "failpoints", "clone", "files", "later", "progress"}  # anyone may use them; they use only each other

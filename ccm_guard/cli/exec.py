@@ -147,7 +147,7 @@ def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jo
           as_json: bool) -> None:
     """The forks of `exec --fork`, then their comparison; exit 0 when one can be picked."""
     # What every fork runs, imported here once: the forks are this process forked.
-    import ccm_guard.policy.rules  # noqa: F401
+    import ccm_guard.pathrules.rules  # noqa: F401
     import ccm_guard.pool.admin  # noqa: F401
     import ccm_guard.run.tasks  # noqa: F401
     import ccm_guard.worktree.include  # noqa: F401

@@ -96,7 +96,7 @@ def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_fi
 
     violations = check_paths_command(Path.cwd(), rev_range if not staged else None, role, policy_file)
     if as_json:
-        click.echo(json_text([v.__dict__ for v in violations], key="violations"))
+        click.echo(json_text([v._asdict() for v in violations], key="violations"))
     else:
         for v in violations:
             click.echo(("warning: " if v.severity == "warn" else "") + v.line())

@@ -25,9 +25,9 @@ from ccm_guard.copy.tree import (
 )
 from ccm_guard.detect.context import WARN, Finding
 from ccm_guard.detect.gates import GateResult
-from ccm_guard.detect.paths import MISSING, PathChange
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.git import FileStat
+from ccm_guard.pathrules.check import MISSING, PathChange
 from ccm_guard.state.registry import Task
 
 BRANCH = "(copy)"  # a copied directory has no branch; the registry's column is not null
@@ -141,8 +141,8 @@ def gate_path_policy(run: CopyRun) -> list[Finding]:
     changes = _path_changes(run)
     if role is None or not changes:
         return []
-    from ccm_guard.detect.paths import check
-    from ccm_guard.policy.rules import (
+    from ccm_guard.pathrules.check import check
+    from ccm_guard.pathrules.rules import (
         Rules,  # pathspec's import costs ~50 ms: only when there are paths
     )
 

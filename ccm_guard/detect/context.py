@@ -15,11 +15,12 @@ from typing import Callable, Mapping, TypeVar
 
 from ccm_guard import git
 from ccm_guard.detect.delta import Delta
-from ccm_guard.detect.paths import PathChange, from_raw, from_status
+from ccm_guard.detect.paths import from_raw, from_status
 from ccm_guard.detect.snapshot import Entry, Snapshot
 from ccm_guard.errors import GitError, UntrustedRepoError
 from ccm_guard.git import config as configfile
 from ccm_guard.later import Later
+from ccm_guard.pathrules.check import PathChange
 from ccm_guard.policy import Role
 from ccm_guard.state.pins import Pins
 

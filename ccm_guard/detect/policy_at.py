@@ -4,10 +4,9 @@ runs git), and the staged-paths check the guard hooks run with it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ccm_guard import git, policy
-from ccm_guard.detect.paths import staged_violations
+from ccm_guard.detect import staged
 from ccm_guard.policy import Policy, Role
 
 
@@ -45,21 +44,12 @@ def for_checkout(start: Path, rev: str | None, override: Path | None) -> tuple[g
     return repo, policy_at(repo, commit, override)
 
 
-def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD",
-                 rules: dict[str, Any] | None = None) -> list[str]:
-    """Violations of the role's path rules in what is staged, one line each (for hooks).
+def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD") -> list[str]:
+    """Violations of the role's path rules in what is staged, one line each (for hooks
+    installed without exec, which hands its hooks the role's rules compiled ahead)."""
+    from ccm_guard.pathrules.rules import Rules
 
-    `rules`: the role's rules compiled ahead (Rules.to_data), as exec hands them to the
-    hooks: no policy to load and no pathspec to import on every commit.
-    """
-    from ccm_guard.policy.rules import (
-        Rules,  # pathspec's import is slow: only when rules are needed
-    )
-
-    if rules is not None:
-        repo = git.discover(repo_root).repo()
-        checked: Role | Rules = Rules.from_data(rules)
-    else:
-        repo, pol = for_checkout(repo_root, policy_rev, None)
-        checked = pol.role(role)
-    return [v.line() for v in staged_violations(repo, checked) if v.severity == "fail"]
+    repo, pol = for_checkout(repo_root, policy_rev, None)
+    checked = pol.role(role)
+    found = staged.violations(Rules(checked.allow, checked.forbid), str(repo.work_tree or repo_root))
+    return [v.line() for v in found if v.severity == "fail"]

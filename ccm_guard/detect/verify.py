@@ -26,17 +26,10 @@ from ccm_guard.detect.gates import (
     limit_findings,
     policy_table_edits,
 )
-from ccm_guard.detect.paths import (
-    Violation,
-    check,
-    from_raw,
-    link_targets,
-    measure,
-    range_violations,
-    staged_violations,
-)
+from ccm_guard.detect.paths import from_raw, link_targets, measure, range_violations
 from ccm_guard.detect.policy_at import for_checkout, policy_at
 from ccm_guard.errors import GuardError, UsageError
+from ccm_guard.pathrules.check import Violation, check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +77,7 @@ def verify_range(start: Path, rev_range: str, role_name: str | None, override: P
     base, head = resolve_range(repo, rev_range)
     policy = policy_at(repo, base, override)
     role = policy.role(role_name)
-    from ccm_guard.policy.rules import Rules
+    from ccm_guard.pathrules.rules import Rules
 
     commits = git.commits(repo, base, head)
     changes = from_raw(git.commit_changes(repo, base, head, merged_base=True)) if commits else []
@@ -135,12 +128,14 @@ def check_paths_command(start: Path, rev_range: str | None, role: str | None,
     the repository, nested repositories). In a task's worktree the guard hooks check the
     task's role; a team that wants a role on every commit names it (`--role`)."""
     if rev_range is None:
-        if role is None and override is None:
-            from ccm_guard.policy.rules import Rules
+        from ccm_guard.detect import staged
+        from ccm_guard.pathrules.rules import Rules
 
-            return staged_violations(git.discover(start).repo(), Rules(None, ()))
+        if role is None and override is None:
+            return staged.violations(Rules(None, ()), str(git.discover(start).toplevel))
         repo, pol = for_checkout(start, "HEAD", override)
-        return staged_violations(repo, pol.role(role))
+        checked = pol.role(role)
+        return staged.violations(Rules(checked.allow, checked.forbid), str(repo.work_tree or start))
     repo = git.discover(start).repo()
     base, head = resolve_range(repo, rev_range)
     # The policy at BASE: a range that edits .ccm-guard.toml is not judged by its own edit.

@@ -5,7 +5,8 @@ paths, hooks, fsmonitor, pagers, replace objects and the person's global config 
 pathspecs literal, output NUL-separated. The typed queries built on it live by what they
 touch:
 
-- `core`: `run` and the hardening, `Repo`, `discover`;
+- `base`: the hardening, and git started with `os` alone (what the guard hooks use);
+- `core`: `run`, `Repo`, `discover`;
 - `refs`: resolving, moving (compare-and-swap), listing, fetching and pushing refs;
 - `objects`: blobs and trees by id or REV:PATH, hashing files, pack and graph checks;
 - `history`: commit ranges and their changes, ancestry, merge-tree, making commits;
@@ -15,119 +16,118 @@ touch:
 - `layout`: where the common dir and the worktrees' admin dirs are (no git run).
 
 Callers use the package (`from ccm_guard import git; git.resolve_commit(...)`): the
-query API is re-exported here. Submodules import only the ones below them (`core` at
+query API is re-exported here, each name loaded when first used. Submodules import only the ones below them (`core` at
 the bottom), never this package.
 """
 
 from __future__ import annotations
 
-from ccm_guard.git.checkout import (
-    IgnoreRule,
-    StatusEntry,
-    WorktreeEntry,
-    check_ignore,
-    checkout_with_index,
-    clean_with_index,
-    fast_forward_checkout,
-    hidden_by_index_flags,
-    ignored_untracked,
-    refresh_with_index,
-    reset_hard,
-    reset_work_tree,
-    restore_path,
-    restore_paths,
-    sparse_set_cone,
-    status,
-    status_with_index,
-    untracked_matching,
-    worktree_add,
-    worktree_add_bare,
-    worktree_list,
-    worktree_prune,
-    worktree_remove,
-    worktree_unlock,
-)
-from ccm_guard.git.config import (
-    config_entries,
-    config_file_set,
-    global_config_files,
-    may_set,
-    remote_url,
-)
-from ccm_guard.git.core import (
-    HARDENING,
-    Discovered,
-    Repo,
-    Result,
-    binary,
-    describe_failure,
-    discover,
-    environment,
-    is_oid,
-    run,
-)
-from ccm_guard.git.history import (
-    FileStat,
-    MergeResult,
-    RawChange,
-    archive_commit,
-    commit_changes,
-    commit_claims,
-    commit_message,
-    commit_tree,
-    commits,
-    count_commits,
-    diff_text,
-    has_any_commit,
-    is_ancestor,
-    merge_base,
-    merge_tree,
-    numstat,
-    numstat_trees,
-    staged_changes,
-)
-from ccm_guard.git.index import (
-    changed_with_index,
-    index_from,
-    index_paths,
-    index_tree,
-    reset_index,
-    stage_with_index,
-)
-from ccm_guard.git.objects import (
-    blob_at,
-    blob_sizes,
-    blobs,
-    file_at,
-    files_at,
-    hash_file,
-    hash_files,
-    object_type,
-    tree_blobs,
-    tree_of,
-    tree_paths,
-    tree_size,
-    trees_of,
-    verify_commit_graph,
-    verify_midx,
-    verify_pack,
-)
-from ccm_guard.git.refs import (
-    RefTree,
-    check_branch_name,
-    delete_ref,
-    drop_ref,
-    fetch_ref,
-    push_ref,
-    ref_exists,
-    ref_trees,
-    refs_under,
-    resolve_commit,
-    set_symbolic_head,
-    symbolic_head,
-    try_update_ref,
-    update_ref,
-)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ccm_guard.git.base import HARDENING, binary
+    from ccm_guard.git.checkout import (
+        IgnoreRule,
+        StatusEntry,
+        WorktreeEntry,
+        check_ignore,
+        checkout_with_index,
+        clean_with_index,
+        fast_forward_checkout,
+        hidden_by_index_flags,
+        ignored_untracked,
+        refresh_with_index,
+        reset_hard,
+        reset_work_tree,
+        restore_path,
+        restore_paths,
+        sparse_set_cone,
+        status,
+        status_with_index,
+        untracked_matching,
+        worktree_add,
+        worktree_add_bare,
+        worktree_list,
+        worktree_prune,
+        worktree_remove,
+        worktree_unlock,
+    )
+    from ccm_guard.git.config import (
+        config_entries,
+        config_file_set,
+        global_config_files,
+        may_set,
+        remote_url,
+    )
+    from ccm_guard.git.core import (
+        Discovered,
+        Repo,
+        Result,
+        describe_failure,
+        discover,
+        environment,
+        is_oid,
+        run,
+    )
+    from ccm_guard.git.history import (
+        FileStat,
+        MergeResult,
+        RawChange,
+        archive_commit,
+        commit_changes,
+        commit_claims,
+        commit_message,
+        commit_tree,
+        commits,
+        count_commits,
+        diff_text,
+        has_any_commit,
+        is_ancestor,
+        merge_base,
+        merge_tree,
+        numstat,
+        numstat_trees,
+    )
+    from ccm_guard.git.index import (
+        changed_with_index,
+        index_from,
+        index_tree,
+        reset_index,
+        stage_with_index,
+    )
+    from ccm_guard.git.objects import (
+        blob_at,
+        blob_sizes,
+        blobs,
+        file_at,
+        files_at,
+        hash_file,
+        hash_files,
+        object_type,
+        tree_blobs,
+        tree_of,
+        tree_paths,
+        tree_size,
+        trees_of,
+        verify_commit_graph,
+        verify_midx,
+        verify_pack,
+    )
+    from ccm_guard.git.refs import (
+        RefTree,
+        check_branch_name,
+        delete_ref,
+        drop_ref,
+        fetch_ref,
+        push_ref,
+        ref_exists,
+        ref_trees,
+        refs_under,
+        resolve_commit,
+        set_symbolic_head,
+        symbolic_head,
+        try_update_ref,
+        update_ref,
+    )
 
 # The query API, as callers use it: `from ccm_guard import git; git.resolve_commit(...)`.
 __all__ = [
@@ -139,11 +139,30 @@ __all__ = [
     "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_midx", "verify_pack",
     "archive_commit", "commit_changes", "commit_claims", "commit_message", "commit_tree", "commits", "count_commits",
     "diff_text", "FileStat", "has_any_commit", "is_ancestor", "merge_base", "merge_tree", "MergeResult",
-    "numstat", "numstat_trees", "RawChange", "staged_changes",
-    "changed_with_index", "index_from", "index_paths", "index_tree", "reset_index", "stage_with_index",
+    "numstat", "numstat_trees", "RawChange",
+    "changed_with_index", "index_from", "index_tree", "reset_index", "stage_with_index",
     "check_ignore", "checkout_with_index", "clean_with_index", "fast_forward_checkout", "hidden_by_index_flags", "ignored_untracked",
     "IgnoreRule", "refresh_with_index", "reset_hard", "reset_work_tree", "restore_path", "restore_paths", "sparse_set_cone",
     "status", "status_with_index", "StatusEntry", "untracked_matching", "worktree_add", "worktree_add_bare",
     "worktree_list", "worktree_prune", "worktree_remove", "worktree_unlock", "WorktreeEntry",
     "config_entries", "config_file_set", "global_config_files", "may_set", "remote_url",
 ]
+
+
+# Loaded on first use, not here: a guard hook pays for every module it imports on every
+# commit, and needs `core` and `spawn` only (mypy reads the imports above instead).
+_PARTS = ("core", "refs", "objects", "history", "index", "checkout", "config")
+
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> object:
+        if name in __all__:
+            import importlib
+
+            for part in _PARTS:
+                module = importlib.import_module(f"ccm_guard.git.{part}")
+                if name in vars(module):
+                    value = vars(module)[name]
+                    globals()[name] = value
+                    return value
+        raise AttributeError(f"module 'ccm_guard.git' has no attribute {name!r}")

@@ -23,37 +23,14 @@ nothing from them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from ccm_guard.errors import GitError, NotARepository, RepoError, UntrustedRepoError
-
-HARDENING = (
-    "--no-pager",
-    "--no-replace-objects",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.fsmonitor=false",
-    "-c", "core.commitGraph=false",
-    "-c", "core.pager=cat",
-    "-c", "core.editor=false",
-    "-c", "sequence.editor=false",
-    "-c", "commit.gpgSign=false",
-    "-c", "tag.gpgSign=false",
-    "-c", "log.showSignature=false",
-    "-c", "gc.auto=0",
-    "-c", "maintenance.auto=false",
-    "-c", "submodule.recurse=false",
-    "-c", "core.askPass=",
-    "-c", "credential.helper=",
-    "-c", "advice.graftFileDeprecated=false",  # GIT_GRAFT_FILE=/dev/null below is deliberate
-)
-
-# GIT_* variables the caller's environment may hold that would steer git elsewhere.
-_DROP_PREFIXES = ("GIT_",)
+from ccm_guard.git.base import HARDENING, binary, describe
+from ccm_guard.git.base import environment as hardened_environment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,44 +64,14 @@ class Result:
         return [p for p in self.out.split("\0") if p]
 
 
-@functools.lru_cache(maxsize=1)
-def binary() -> str:
-    found = shutil.which("git")
-    if not found:
-        raise GitError("git not found on PATH: install git (2.39 or newer) and try again")
-    return os.path.realpath(found)
-
-
-# A HOME under which nothing can ever exist: no ~/.gitconfig, no ~/.config/git/{ignore,
-# attributes}, for anyone to plant (git takes ENOTDIR as absent, without a warning). A temp
-# directory per process, as before, was left behind by every run and writable by the agent.
-NO_HOME = "/dev/null"
-
-
 def environment(repo: Repo | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES)}
-    env.pop("XDG_CONFIG_HOME", None)
-    env.update(
-        HOME=NO_HOME,
-        LC_ALL="C",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL="/dev/null",
-        GIT_ATTR_NOSYSTEM="1",
-        GIT_GRAFT_FILE="/dev/null",
-        GIT_NO_REPLACE_OBJECTS="1",
-        GIT_OPTIONAL_LOCKS="0",
-        GIT_TERMINAL_PROMPT="0",
-        GIT_PAGER="cat",
-        PAGER="cat",
-    )
+    locations = {}
     if repo is not None:
-        env["GIT_DIR"] = str(repo.git_dir)
-        env["GIT_COMMON_DIR"] = str(repo.common_dir)
+        locations["GIT_DIR"] = str(repo.git_dir)
+        locations["GIT_COMMON_DIR"] = str(repo.common_dir)
         if repo.work_tree is not None:
-            env["GIT_WORK_TREE"] = str(repo.work_tree)
-    if extra:
-        env.update(extra)
-    return env
+            locations["GIT_WORK_TREE"] = str(repo.work_tree)
+    return hardened_environment(locations, extra)
 
 
 def run(
@@ -187,9 +134,7 @@ def is_oid(text: str | bytes) -> bool:
 
 
 def describe_failure(result: Result) -> str:
-    lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
-    why = lines[-1] if lines else "no message"
-    return f"git {' '.join(result.args)} failed (exit {result.returncode}): {why}"
+    return describe(result.args, result.returncode, result.stderr)
 
 
 # --- discovery (runs on the person's repository, before any agent exists) -----------------

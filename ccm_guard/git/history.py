@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ccm_guard.errors import GitError
+from ccm_guard.git.base import raw_changes
 from ccm_guard.git.core import Repo, describe_failure, is_oid, run
 
 
@@ -171,16 +172,7 @@ class RawChange:
 
 
 def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
-    changes = []
-    it = iter(tokens)
-    for token in it:
-        token = token.lstrip("\n")
-        if token.startswith("commit "):
-            where = token[len("commit "):]
-        elif token.startswith(":"):
-            old_mode, new_mode, old_blob, new_blob, status = token[1:].split(" ")
-            changes.append(RawChange(next(it), status[0], old_mode, new_mode, old_blob, new_blob, where))
-    return changes
+    return [RawChange(*fields) for fields in raw_changes(tokens, where)]
 
 
 def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = False) -> list[RawChange]:
@@ -228,11 +220,6 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
 def _tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
     diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", old, new, "--"], repo).out
     return _parse_raw(diff.split("\0"), new)
-
-
-def staged_changes(repo: Repo) -> list[RawChange]:
-    out = run(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff"], repo).out
-    return _parse_raw(out.split("\0"), "staged")
 
 
 def numstat_trees(old: Path, new: Path) -> dict[str, tuple[int | None, int | None]]:

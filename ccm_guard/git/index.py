@@ -45,10 +45,6 @@ def sizes(path: Path, oid_len: int = 20) -> tuple[int, int] | None:
     return count, total
 
 
-def index_paths(repo: Repo) -> list[str]:
-    return run(["ls-files", "-z", "--cached"], repo).z()
-
-
 def reset_index(repo: Repo, rev: str) -> None:
     """The work tree's own index to `rev`, its files untouched (`git reset --mixed`)."""
     run(["read-tree", "--reset", rev], repo)

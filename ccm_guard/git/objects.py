@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ccm_guard.git.base import batch_contents
 from ccm_guard.git.core import Repo, run
 
 
@@ -37,16 +38,7 @@ def blobs(repo: Repo, ids: list[str]) -> dict[str, bytes]:
     """The contents of blobs by id, in one `cat-file --batch`."""
     if not ids:
         return {}
-    out = run(["cat-file", "--batch"], repo, input="".join(f"{i}\n" for i in ids).encode()).stdout
-    found: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(out):
-        header_end = out.index(b"\n", pos)
-        oid, kind, size = out[pos:header_end].decode().split(" ")
-        start = header_end + 1
-        found[oid] = out[start:start + int(size)]
-        pos = start + int(size) + 1
-    return found
+    return batch_contents(run(["cat-file", "--batch"], repo, input="".join(f"{i}\n" for i in ids).encode()).stdout)
 
 
 def blob_sizes(repo: Repo, ids: list[str]) -> dict[str, int]:

@@ -225,7 +225,7 @@ def _check_setup(source: Source, where: tuple[str, ...], table: dict[str, Any]) 
 
 
 def _check_pattern(source: Source, where: tuple[str, ...], key: str, pattern: str) -> None:
-    from ccm_guard.policy.matcher import Matcher
+    from ccm_guard.pathrules.matcher import Matcher
 
     try:
         Matcher([pattern])

@@ -103,24 +103,28 @@ def reference_transaction(settings: Settings, name: str, args: list[str], stdin:
 
 
 def pre_commit(settings: Settings, name: str, args: list[str], stdin: BinaryIO) -> int:
+    ready = one(settings, "rules")
     try:
-        from ccm_guard.detect.policy_at import check_staged
+        # git runs hooks at the top of the worktree.
+        if ready:  # the role's rules, compiled by exec: the fast road (no policy, no pathspec)
+            import json
+
+            from ccm_guard.detect import staged
+            from ccm_guard.pathrules.rules import Rules
+
+            violations = [v.line() for v in staged.violations(Rules.from_data(json.loads(ready)), os.getcwd())
+                          if v.severity == "fail"]
+        else:
+            from pathlib import Path
+
+            from ccm_guard.detect.policy_at import check_staged
+
+            # The policy as committed at the task's base: HEAD is the agent's to change.
+            violations = check_staged(Path.cwd(), one(settings, "role"), one(settings, "base") or "HEAD")
     except ImportError as exc:
         return refuse(settings, name, args, "hook-error", [
             f"the path policy cannot be loaded ({exc}): reinstall ccm-guard with its dependencies"
         ])
-    from pathlib import Path
-
-    # The policy as committed at the task's base: HEAD is the agent's to change.
-    base = one(settings, "base")
-    try:
-        # git runs hooks at the top of the worktree.
-        root, role = Path.cwd(), one(settings, "role")
-        ready = one(settings, "rules")
-        import json
-
-        rules = json.loads(ready) if ready else None  # compiled by exec: the fast road
-        violations: list[str] = check_staged(root, role, base or "HEAD", rules)
     except Exception as exc:
         from ccm_guard.errors import GuardError
 

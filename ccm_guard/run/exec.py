@@ -319,7 +319,7 @@ def read_question(worktree_dir: Path) -> str | None:
 
 
 def _compiled_rules(role: Role) -> dict[str, Any]:
-    from ccm_guard.policy.rules import Rules
+    from ccm_guard.pathrules.rules import Rules
 
     return Rules(role.allow, role.forbid).to_data()
 

@@ -36,7 +36,7 @@ def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role,
     if found is None:
         return None
     from ccm_guard.detect import recovery  # only where a commit was blocked
-    from ccm_guard.policy.rules import Rules
+    from ccm_guard.pathrules.rules import Rules
 
     rules = Rules(role.allow, role.forbid)
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccm_guard.detect.paths import (
+from ccm_guard.pathrules.check import (
     EXECUTABLE,
     GITLINK,
     SYMLINK,
@@ -24,8 +24,8 @@ from ccm_guard.detect.paths import (
     _change,
     check,
 )
-from ccm_guard.policy.matcher import _CHUNK, _FEW
-from ccm_guard.policy.rules import Rules
+from ccm_guard.pathrules.matcher import _CHUNK, _FEW
+from ccm_guard.pathrules.rules import Rules
 
 # Names that forbid rules catch, in other spellings (case, Unicode forms, "ß" folding to
 # "ss"), with a newline, or not UTF-8 (git's bytes read with surrogateescape).
@@ -166,8 +166,8 @@ def test_names_the_tree_long_held_in_two_spellings_matter_only_to_an_added_twin(
 
 
 def test_windows_and_mac_twins_of_a_control_file_are_caught_in_bulk_too() -> None:
+    from ccm_guard.pathrules.rules import Rules
     from ccm_guard.policy import CONTROL_PATHS
-    from ccm_guard.policy.rules import Rules
 
     rules = Rules(None, CONTROL_PATHS)
     twins = [".gitattributes ", "sub/.gitmodules.", ".git\u200cattributes"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from ccm_guard.pathrules.matcher import KNOWN, Matcher, translate
 from ccm_guard.policy import BUILTIN
-from ccm_guard.policy.matcher import KNOWN, Matcher, translate
 
 
 def builtin_patterns() -> list[str]:
@@ -23,7 +23,7 @@ def test_every_builtin_pattern_is_known_as_pathspec_translates_it() -> None:
 
 
 def test_a_builtin_role_is_matched_without_importing_pathspec() -> None:
-    code = ("import sys; from ccm_guard.policy import BUILTIN; from ccm_guard.policy.rules import Rules; "
+    code = ("import sys; from ccm_guard.policy import BUILTIN; from ccm_guard.pathrules.rules import Rules; "
             "r = Rules(None, tuple(BUILTIN['implementor']['forbid'])); "
             "print(r.violations(['a/.gitignore', 'src/x.py']), 'pathspec' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

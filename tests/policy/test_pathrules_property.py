@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ccm_guard.policy import matcher as matcher_module
-from ccm_guard.policy.matcher import _CHUNK, _FEW, Matcher
+from ccm_guard.pathrules import matcher as matcher_module
+from ccm_guard.pathrules.matcher import _CHUNK, _FEW, Matcher
 
 NAMES = st.sampled_from(["a", "b", "c.py", "d.txt", "test_x.py", ".hidden", "sp ace", "é"])
 PATHS = st.lists(NAMES, min_size=1, max_size=4).map("/".join)

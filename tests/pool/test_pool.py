@@ -567,7 +567,7 @@ def test_sparse_agent_widening_its_checkout_fails_git_metadata(repo: Path, tmp_p
 
 def test_the_cone_rules_agree_with_git_on_every_path(tmp_path: Path) -> None:
     """What the forbid rules let through is exactly what git checks out for the cone."""
-    from ccm_guard.policy.rules import Rules
+    from ccm_guard.pathrules.rules import Rules
     from ccm_guard.worktree.sparse import cone_forbid
 
     files = {f"{a}/{b}/{c}.txt": "x\n" for a in ("a", "b", "lib") for b in ("x", "y", "sub") for c in ("1", "2")}

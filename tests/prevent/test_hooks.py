@@ -183,6 +183,28 @@ def test_commit_of_a_forbidden_path_is_refused(task: Task) -> None:
     assert entry["hook"] == "pre-commit" and entry["op"] == "path-policy"
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["rules-from-exec", "policy-at-base"])
+@pytest.mark.parametrize("how", [("-a",), (".gitattributes",)], ids=["commit-a", "commit-path"])
+def test_a_commit_from_another_index_is_judged_by_that_index(repo: Path, compiled: bool,
+                                                               how: tuple[str, ...]) -> None:
+    """`git commit -a` and `git commit PATH` commit from a temporary index (GIT_INDEX_FILE):
+    pre-commit must judge that one, not the worktree's index, which holds nothing."""
+    from ccm_guard.pathrules.rules import Rules
+    from ccm_guard.policy import load
+
+    (repo / ".gitattributes").write_text("* text=auto\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "the person's attributes")
+    role = load(None, {}, None).role("implementor")
+    task = make_task(repo, rules=Rules(role.allow, role.forbid).to_data() if compiled else None)
+    (task.wt / ".gitattributes").write_text("* -text\n")  # changed, not staged
+    head = git(task.wt, "rev-parse", "HEAD")
+    proc = run_git(task.wt, "commit", "-q", "-m", "sneak", *how)
+    assert proc.returncode != 0
+    assert "ccm-guard: refused: .gitattributes" in proc.stderr
+    assert git(task.wt, "rev-parse", "HEAD") == head
+
+
 def test_ccm_guard_skip_skips_the_check_before_python(task: Task) -> None:
     proc = commit(task.wt, ".gitattributes", "* text=auto\n", env={"CCM_GUARD_SKIP": "1"})
     assert proc.returncode == 0, proc.stderr

@@ -22,9 +22,9 @@ from ccm_guard.detect.context import (
     git_or_skip,
 )
 from ccm_guard.detect.gates.repo import git_metadata, main_checkout, refs_untouched
-from ccm_guard.detect.paths import PathChange
 from ccm_guard.detect.snapshot import read_nofollow
 from ccm_guard.errors import GitError
+from ccm_guard.pathrules.check import PathChange
 
 if TYPE_CHECKING:
     from ccm_guard.detect.paths import Figures
@@ -116,8 +116,9 @@ def path_policy(ctx: Context) -> list[Finding]:
     """Every changed path against the role's allow/forbid rules, symlinks, gitlinks, twins."""
     if ctx.role is None:
         return []
-    from ccm_guard.detect.paths import check, link_targets
-    from ccm_guard.policy.rules import Rules
+    from ccm_guard.detect.paths import link_targets
+    from ccm_guard.pathrules.check import check
+    from ccm_guard.pathrules.rules import Rules
 
     changes = git_or_skip(lambda: ctx.path_changes)
     if not changes:

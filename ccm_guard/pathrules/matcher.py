@@ -9,13 +9,17 @@ dependency, with wheels for x86_64 and aarch64), which decides them all in C.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
-from typing import Any, Callable
+
+TYPE_CHECKING = False  # typing, importlib.util: not at import (the guard hooks load this per commit)
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 @functools.lru_cache(maxsize=1)
 def _backend() -> str:
+    import importlib.util
+
     return "re2" if importlib.util.find_spec("re2") else "simple"
 
 
@@ -146,7 +150,7 @@ class Matcher:
     def _re2_input(self, text: str) -> bytes | None:
         """`text` as re2 scans it, or None where another way is taken: negated patterns
         (they need git's directory rule), few lines, no re2, a name that is not UTF-8."""
-        if self._negated or _backend() != "re2" or _few_lines(text):
+        if self._negated or _few_lines(text) or _backend() != "re2":  # few first: a hook never looks for re2
             return None
         try:
             return text.encode()

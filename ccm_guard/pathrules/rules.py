@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
 
-from ccm_guard.policy.matcher import Matcher
+TYPE_CHECKING = False  # no typing at import: the guard hooks load this on every commit
+if TYPE_CHECKING:
+    from typing import Any
+
+from ccm_guard.pathrules.matcher import Matcher
 
 # Code points HFS+ ignores in names (git's own list, utf8.c is_hfs_dotgit): `.git\u200cattributes`
 # is `.gitattributes` on a Mac.

@@ -1,0 +1,51 @@
+"""What is staged for a commit, checked against a role's path rules: the guard hooks'
+pre-commit check (and `check-paths --staged`).
+
+A hook is a fresh Python on every commit the agent makes, so this reads git through
+git.base (no subprocess, dataclasses or pathlib to import) and judges with
+pathrules.check, the same judgement a run's gate makes. git is asked as it is for the
+commit being made: from the work tree top, with git's own location variables (GIT_DIR,
+GIT_INDEX_FILE, ...), so `git commit -a` and `git commit PATH` are judged by the index
+they commit from, not by the one they leave alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ccm_guard.git import base
+from ccm_guard.pathrules.check import SYMLINK, PathChange, Violation, blob_id, check
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ccm_guard.pathrules.rules import Rules
+
+
+def violations(rules: Rules, top: str) -> list[Violation]:
+    """Every violation of `rules` by what is staged in the work tree at `top`."""
+    locations = {name: os.path.join(top, os.environ[name]) for name in base.LOCATIONS if os.environ.get(name)}
+    env = base.environment(locations)
+
+    def git(args: list[str], input: bytes = b"") -> bytes:
+        code, out, err = base.start(args, cwd=top, env=env, input=input)
+        if code != 0:
+            from ccm_guard.errors import GitError
+
+            raise GitError(base.describe(args, code, err))
+        return out
+
+    def names(args: list[str]) -> list[str]:
+        return git(args).decode("utf-8", "surrogateescape").split("\0")
+
+    raw = names(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff"])
+    changes = [PathChange(path, status, old_mode, new_mode, blob_id(old), blob_id(new), "staged")
+               for path, status, old_mode, new_mode, old, new, _ in base.raw_changes(raw, "staged")]
+    links = [c.new_blob for c in changes if c.new_mode == SYMLINK and c.new_blob]
+    targets = base.batch_contents(git(["cat-file", "--batch"], "".join(f"{i}\n" for i in links).encode())
+                                  ) if links else {}
+
+    def target(c: PathChange) -> str | None:
+        data = targets.get(c.new_blob or "")
+        return None if data is None else data.decode("utf-8", "surrogateescape")
+
+    return check(changes, rules, target, lambda: [p for p in names(["ls-files", "-z", "--cached"]) if p])

@@ -1,0 +1,185 @@
+"""The bottom of the git gateway: the hardening, and git started with nothing but `os`.
+
+`core` builds `run`, `Repo` and discovery on this. The guard hooks use it directly: a
+hook is a fresh Python on every commit, and subprocess, dataclasses and pathlib would
+cost it more than all of its git calls (docs/design-notes.md#lean-imports-on-the-hook-path).
+So this module imports only `os` and `select`, and also holds the parsers of git's output
+that the hooks share with the rest of the package.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterator, Mapping, Sequence
+
+HARDENING = (
+    "--no-pager",
+    "--no-replace-objects",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.commitGraph=false",
+    "-c", "core.pager=cat",
+    "-c", "core.editor=false",
+    "-c", "sequence.editor=false",
+    "-c", "commit.gpgSign=false",
+    "-c", "tag.gpgSign=false",
+    "-c", "log.showSignature=false",
+    "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false",
+    "-c", "submodule.recurse=false",
+    "-c", "core.askPass=",
+    "-c", "credential.helper=",
+    "-c", "advice.graftFileDeprecated=false",  # GIT_GRAFT_FILE=/dev/null below is deliberate
+)
+
+# A HOME under which nothing can ever exist: no ~/.gitconfig, no ~/.config/git/{ignore,
+# attributes}, for anyone to plant (git takes ENOTDIR as absent, without a warning). A temp
+# directory per process, as before, was left behind by every run and writable by the agent.
+NO_HOME = "/dev/null"
+
+# Where git finds the repository it is asked about. Dropped from the caller's environment
+# (they would steer git elsewhere) unless passed on purpose as `locations`.
+LOCATIONS = ("GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
+
+
+def environment(locations: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None
+                ) -> dict[str, str]:
+    """The caller's environment without any GIT_* variable, the person's config or HOME,
+    plus `locations` (git dir, work tree, index: see LOCATIONS) and `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.pop("XDG_CONFIG_HOME", None)
+    env.update(
+        HOME=NO_HOME,
+        LC_ALL="C",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_GRAFT_FILE="/dev/null",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_PAGER="cat",
+        PAGER="cat",
+    )
+    env.update(locations or {})
+    env.update(extra or {})
+    return env
+
+
+_found: list[str] = []
+
+
+def binary() -> str:
+    """The real git on PATH (links resolved), looked up once per process."""
+    if not _found:
+        for folder in os.get_exec_path():
+            path = os.path.join(folder, "git")
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                _found.append(os.path.realpath(path))
+                break
+        else:
+            from ccm_guard.errors import GitError
+
+            raise GitError("git not found on PATH: install git (2.39 or newer) and try again")
+    return _found[0]
+
+
+def start(args: Sequence[str], *, cwd: str, env: Mapping[str, str], input: bytes = b""
+          ) -> tuple[int, bytes, bytes]:
+    """Run one hardened git command in `cwd` (git -C): (exit code, stdout, stderr).
+
+    For the guard hooks' few calls; `core.run` (subprocess, timeouts) for everything else.
+    """
+    argv = [binary(), "-C", cwd, *HARDENING, "--literal-pathspecs", *args]
+    fds = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr; all close-on-exec
+    (in_r, in_w), (out_r, out_w), (err_r, err_w) = fds
+    try:
+        pid = os.posix_spawn(argv[0], argv, dict(env), file_actions=[
+            (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)])
+    except OSError as exc:
+        for pair in fds:
+            for fd in pair:
+                os.close(fd)
+        from ccm_guard.errors import GitError
+
+        raise GitError(f"could not start git ({exc.strerror}): check that {argv[0]} works") from exc
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    out, err = _exchange(in_w, out_r, err_r, input)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), out, err
+
+
+def _exchange(to_git: int, from_git: int, errors: int, data: bytes) -> tuple[bytes, bytes]:
+    """Write `data` to git's stdin while reading its stdout and stderr (neither side can
+    fill a pipe and wait on the other), until git closes both."""
+    chunks: dict[int, list[bytes]] = {from_git: [], errors: []}
+    poll = select.poll()
+    for fd in chunks:
+        poll.register(fd, select.POLLIN)
+    if data:
+        poll.register(to_git, select.POLLOUT)
+    else:
+        os.close(to_git)
+    view, open_fds = memoryview(data), len(chunks) + bool(data)
+    while open_fds:
+        for fd, _ in poll.poll():
+            if fd == to_git:
+                try:
+                    view = view[os.write(fd, view[:65536]):]
+                except BrokenPipeError:
+                    view = view[:0]
+                if not view:
+                    poll.unregister(fd)
+                    os.close(fd)
+                    open_fds -= 1
+                continue
+            chunk = os.read(fd, 65536)
+            if chunk:
+                chunks[fd].append(chunk)
+            else:
+                poll.unregister(fd)
+                os.close(fd)
+                open_fds -= 1
+    return b"".join(chunks[from_git]), b"".join(chunks[errors])
+
+
+def describe(args: Sequence[str], code: int, stderr: bytes) -> str:
+    """One line for a failed git call: the command, its exit code and git's last word."""
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
+    return f"git {' '.join(args)} failed (exit {code}): {lines[-1] if lines else 'no message'}"
+
+
+# --- parsers of git's output, shared with the hooks ----------------------------------------
+
+def raw_changes(tokens: list[str], where: str) -> Iterator[tuple[str, str, str, str, str, str, str]]:
+    """`git diff --raw -z` (and `log --raw -z` with `%x00commit %H` headers) output split on
+    NUL, as (path, status, old mode, new mode, old blob, new blob, where) per path; renames
+    are off, so one path per entry."""
+    it = iter(tokens)
+    for token in it:
+        token = token.lstrip("\n")
+        if token.startswith("commit "):
+            where = token[len("commit "):]
+        elif token.startswith(":"):
+            old_mode, new_mode, old_blob, new_blob, status = token[1:].split(" ")
+            yield next(it), status[0], old_mode, new_mode, old_blob, new_blob, where
+
+
+def batch_contents(out: bytes) -> dict[str, bytes]:
+    """`git cat-file --batch` output: each object's content by id (missing ones left out)."""
+    found: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(out):
+        header_end = out.index(b"\n", pos)
+        oid, kind, *size = out[pos:header_end].decode().split(" ")
+        start = header_end + 1
+        if kind == "missing" or not size:
+            pos = start
+            continue
+        found[oid] = out[start:start + int(size[0])]
+        pos = start + int(size[0]) + 1
+    return found
