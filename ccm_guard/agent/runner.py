@@ -119,20 +119,23 @@ def _stop_signals() -> Iterator[_Stop]:
 def run(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
     timeout: float | None, grace: float, terminal: bool | None = None, echo_stdout_to_stderr: bool = False,
-    confine: Callable[[], None] | None = None,
+    confine: Callable[[], None] | None = None, started: Callable[[], None] | None = None,
 ) -> AgentResult:
-    """Run the agent; `confine` runs in the child right before exec (the OS sandbox)."""
+    """Run the agent; `confine` runs in the child right before exec (the OS sandbox);
+    `started` here once the agent is running (not before: a thread it starts must not
+    be running while this process forks the agent)."""
     if terminal is None:
         terminal = sys.stdin.isatty() and sys.stdout.isatty()
     start = time.monotonic()
     deadline = start + timeout if timeout else None
     with _stop_signals() as stop:
         if terminal:
-            proc, logs, timed_out = _run_pty(command, cwd, env, log_dir, deadline, grace, stop, confine)
+            proc, logs, timed_out = _run_pty(command, cwd, env, log_dir, deadline, grace, stop, confine,
+                                             started=started)
         else:
             proc, logs, timed_out = _run_pipes(command, cwd, env, log_dir, deadline, grace, stop,
                                                sys.stderr.buffer if echo_stdout_to_stderr else sys.stdout.buffer,
-                                               confine)
+                                               confine, started=started)
     code = proc.returncode
     return AgentResult(
         exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
@@ -161,9 +164,12 @@ def _must_stop(proc: subprocess.Popen[bytes], deadline: float | None, stop: _Sto
 def _run_pipes(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
     deadline: float | None, grace: float, stop: _Stop, echo_out: BinaryIO, confine: Callable[[], None] | None,
+    *, started: Callable[[], None] | None,
 ) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
     out_log, err_log = log_dir / "agent.stdout.log", log_dir / "agent.stderr.log"
     proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=confine)
+    if started is not None:
+        started()
     assert proc.stdout is not None and proc.stderr is not None
     sinks: dict[int, tuple[CappedLog, BinaryIO]] = {
         proc.stdout.fileno(): (CappedLog(out_log), echo_out),
@@ -262,6 +268,7 @@ def _read(fd: int) -> bytes:
 def _run_pty(
     command: list[str], cwd: Path, env: Mapping[str, str], log_dir: Path,
     deadline: float | None, grace: float, stop: _Stop, confine: Callable[[], None] | None,
+    *, started: Callable[[], None] | None,
 ) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
     log_path = log_dir / "agent.pty.log"
     master, slave = pty.openpty()
@@ -274,6 +281,8 @@ def _run_pty(
 
     proc = _spawn(command, cwd, env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=controlling_tty)
     os.close(slave)
+    if started is not None:
+        started()
     old_winch = signal.signal(signal.SIGWINCH, lambda *_: _copy_winsize(sys.stdin.fileno(), master))
     stdin = sys.stdin.fileno()
     saved = termios.tcgetattr(stdin)

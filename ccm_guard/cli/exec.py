@@ -114,7 +114,6 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
     before it is archived.
     """
     from ccm_guard.agent.options import ExecOptions
-    from ccm_guard.cli.render import render, to_json
     from ccm_guard.run.tasks import execute
     from ccm_guard.state.registry import Registry
 
@@ -139,6 +138,9 @@ def exec_cmd(task_id: str | None, base: str, repo: Path, timeout: float | None, 
         raise UsageError("no agent command: put it after -- (ccm-guard exec -- claude -p '...'; "
                          "see `ccm-guard exec --help`)")
     verdict = execute(opts, Registry())
+    # Imported after the run, by when judging has brought in what it needs.
+    from ccm_guard.cli.render import render, to_json
+
     click.echo(to_json(verdict) if as_json else render(verdict))
     sys.exit(int(verdict.exit_code))
 
@@ -151,6 +153,9 @@ def _fork(opts: "ExecOptions", count: int | None, fork_cmds: tuple[str, ...], jo
     import ccm_guard.pool.admin  # noqa: F401
     import ccm_guard.run.tasks  # noqa: F401
     import ccm_guard.worktree.include  # noqa: F401
+    from ccm_guard.run.exec import import_judging
+
+    import_judging()  # what each run imports while its agent runs: once, here
     from ccm_guard.cli.options import json_text
     from ccm_guard.cli.render import render_comparison
     from ccm_guard.run import fork

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 
 from ccm_guard import git
 from ccm_guard.detect.delta import Delta
 from ccm_guard.detect.paths import from_raw, from_status
-from ccm_guard.detect.snapshot import Entry, Snapshot
+from ccm_guard.detect.snapshot import Entry, Snapshot, file_identity
 from ccm_guard.errors import GitError, UntrustedRepoError
 from ccm_guard.git import config as configfile
 from ccm_guard.later import Later
@@ -161,16 +159,6 @@ class Context:
         """Another registered task's admin dir: that task's own gates judge it."""
         parts = key.split("/")
         return len(parts) > 2 and parts[1] == "worktrees" and parts[2] in self.other_tasks
-
-
-def file_identity(work_tree: Path, entry: git.StatusEntry) -> str:
-    """A dirty or untracked file as status shows it, with its size and times: any write
-    changes the change time, which no one can set back."""
-    try:
-        st = os.lstat(work_tree / entry.path)
-    except OSError:
-        return f"{entry.code}:missing"
-    return f"{entry.code}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def untrusted_reason(ctx: Context) -> str | None:

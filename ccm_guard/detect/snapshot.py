@@ -73,12 +73,21 @@ class Snapshot:
         )
 
 
-def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
+def take(pins: Pins) -> Snapshot:
     """Capture the common dir's files, the worktree's `.git` pointer, the host files that
-    steer git or ccm-guard, the refs and the object inventory. Pure file reads; no git."""
+    steer git or ccm-guard (with the files the config files include: they are few and read
+    first, so the walk is not done twice), the refs and the object inventory. Pure file
+    reads; no git."""
+    from ccm_guard.git.config import include_targets
+
+    common = pins.common_dir
+    extra_files: list[Path] = []
+    for path in (common / "config", common / "config.worktree", *common.glob("worktrees/*/config.worktree")):
+        data = read_nofollow(path)
+        if data:
+            extra_files += include_targets(path, data)
     files: dict[str, Entry] = {}
     contents: dict[str, bytes] = {}
-    common = pins.common_dir
     own = f"worktrees/{pins.admin_name}/"
     for rel, entry, data in _walk(common, skip_top=_SKIP_TOP):
         if rel.endswith(".lock") and not rel.startswith(own):
@@ -99,7 +108,7 @@ def take(pins: Pins, extra_files: tuple[Path, ...] = ()) -> Snapshot:
         files["pointer"] = pointer[0]
         if pointer[1] is not None:
             contents["pointer"] = pointer[1]
-    _host_files(pins, files, contents, extra_files)
+    _host_files(pins, files, contents, tuple(extra_files))
     return Snapshot(files, contents, read_refs(common), objects.inventory(common / "objects"), time.time())
 
 
@@ -347,3 +356,18 @@ def read_refs(common: Path) -> dict[str, str]:
         elif entry.kind != "d":
             refs[name] = f"other: {entry.digest}"
     return refs
+
+
+def file_identity(work_tree: Path, entry: git.StatusEntry) -> str:
+    """A dirty or untracked file as status shows it, with its size and times: any write
+    changes the change time, which no one can set back."""
+    try:
+        st = os.lstat(work_tree / entry.path)
+    except OSError:
+        return f"{entry.code}:missing"
+    return f"{entry.code}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def main_files(main: git.Repo) -> dict[str, str]:
+    """The person's dirty and untracked files with an identity each (changes show as a new one)."""
+    return {entry.path: file_identity(Path(main.work_tree or "/"), entry) for entry in git.status(main)}

@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ccm_guard.agent.runner import AgentResult
-from ccm_guard.detect import gates
-from ccm_guard.detect.gates import GateResult
 from ccm_guard.errors import ExitCode
-from ccm_guard.git import FileStat
-from ccm_guard.policy import Role
 
 if TYPE_CHECKING:
+    # Not at run time: exec reads Checks before the agent runs, and the gates (the heavy
+    # part of judging) are imported while it runs (run.exec, _judging_modules).
+    from ccm_guard.agent.runner import AgentResult
     from ccm_guard.agent.steps import StepResult
+    from ccm_guard.detect.gates import GateResult
+    from ccm_guard.git import FileStat
+    from ccm_guard.policy import Role
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,8 @@ class Checks:
         return cls(role, read_only, must and not read_only, policy)
 
     def gate_names(self) -> list[str]:
+        from ccm_guard.detect import gates
+
         return gates.select(self.read_only, self.require_commit, self.role is not None)
 
     def to_json(self) -> dict[str, object]:

@@ -16,26 +16,14 @@ from ccm_guard import failpoints, git, progress, worktree
 from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.agent.steps import StepResult, run_steps
-from ccm_guard.detect import agent_home
-from ccm_guard.detect.context import file_identity
 from ccm_guard.detect.policy_at import role_at
-from ccm_guard.detect.snapshot import Snapshot
+from ccm_guard.detect.snapshot import Snapshot, file_identity, main_files, take
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import GuardError, NotARepository, StateError
 from ccm_guard.git import layout
 from ccm_guard.later import Later
 from ccm_guard.policy import Role
 from ccm_guard.prevent import arm as prevention
-from ccm_guard.run.dispose import dispose
-from ccm_guard.run.judge import (
-    identity_note,
-    judge,
-    main_files,
-    read_git_errors,
-    record_commit,
-    recover_blocked_commit,
-    snapshot,
-)
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree.sparse import sparse_role
@@ -72,7 +60,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
                                agent=opts.agent, allow_ports=opts.allow_ports, rules=compiled.result())
         setup, setup_files = _setup(opts, role, task, pins, armed, registry)
-        before = snapshot(pins)  # after arming and setup: its own config and hooks are the baseline
+        before = take(pins)  # after arming and setup: its own config and hooks are the baseline
     except BaseException:
         with contextlib.suppress(Exception):
             prevention.disarm(pins)
@@ -140,6 +128,19 @@ class Ready:
     setup_files: Mapping[str, str] | None = None  # what setup left uncommitted: not the agent's
 
 
+def import_judging() -> None:
+    """What judging the run needs, imported while the agent runs: the gates, recovery and
+    disposal are a third of what exec imports (~30 ms), and the agent's first moments
+    hide them. Nothing before the agent imports these (tests/run/test_exec.py holds it)."""
+    import importlib
+
+    for name in JUDGING_MODULES:
+        importlib.import_module(name)
+
+
+JUDGING_MODULES = ("ccm_guard.run.judge", "ccm_guard.run.dispose", "ccm_guard.detect.agent_home")
+
+
 def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdict:
     """The agent's run and everything after it, for a new task and a resumed one alike."""
     task, pins, role, checks, armed = ready.task, ready.pins, ready.role, ready.checks, ready.armed
@@ -151,11 +152,24 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
         env, marker = _environment(opts, task, pins, armed, registry)
         processes.become_subreaper()
         since = processes.now_ticks()
+        warm: list[Later[None]] = []
         with processes.watchdog(marker, pins.worktree, since):  # the agent does not outlive ccm-guard
             agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
-                               opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine)
+                               opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine,
+                               started=lambda: warm.append(Later(import_judging)))
+        for imports in warm:
+            imports.result()
         leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
     failpoints.point("before-gates")
+    from ccm_guard.detect import agent_home
+    from ccm_guard.run.dispose import dispose
+    from ccm_guard.run.judge import (
+        identity_note,
+        judge,
+        read_git_errors,
+        record_commit,
+        recover_blocked_commit,
+    )
 
     sandboxed = armed.confine is not None
     setup_files = ready.setup_files

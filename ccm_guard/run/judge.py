@@ -8,13 +8,12 @@ from typing import Mapping
 
 from ccm_guard import git, worktree
 from ccm_guard.detect import gates, signatures
-from ccm_guard.detect.context import Context, file_identity, plants, untrusted_reason
+from ccm_guard.detect.context import Context, plants, untrusted_reason
 from ccm_guard.detect.delta import compare
-from ccm_guard.detect.snapshot import Snapshot, read_nofollow, take
+from ccm_guard.detect.snapshot import Snapshot, main_files, take
 from ccm_guard.detect.verdict import Checks, Recovered, Verdict
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
-from ccm_guard.git import config as configfile
 from ccm_guard.later import Later
 from ccm_guard.policy import Role
 from ccm_guard.state.pins import Pins
@@ -77,23 +76,6 @@ def _agent_message(task: Task, pins: Pins) -> str | None:
     return None
 
 
-def snapshot(pins: Pins) -> Snapshot:
-    """One walk of the metadata, with the files the config files include in it (the
-    config files are few and read first, so the walk is not done twice)."""
-    common = pins.common_dir
-    targets: list[Path] = []
-    for path in (common / "config", common / "config.worktree", *common.glob("worktrees/*/config.worktree")):
-        data = read_nofollow(path)
-        if data:
-            targets += configfile.include_targets(path, data)
-    return take(pins, tuple(targets))
-
-
-def main_files(main: git.Repo) -> dict[str, str]:
-    """The person's dirty and untracked files with an identity each (changes show as a new one)."""
-    return {entry.path: file_identity(Path(main.work_tree or "/"), entry) for entry in git.status(main)}
-
-
 def judge(
     task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
     registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (), sandboxed: bool = True,
@@ -101,7 +83,7 @@ def judge(
 ) -> Verdict:
     """Snapshot again (files only, no git), compare, decide trust, run the gates.
     `sandboxed`: the agent could not write the registry (its records excuse for certain)."""
-    after = snapshot(pins)
+    after = take(pins)
     main_git_dir = Path(task.main_git_dir)
     delta = compare(before, after, pins, main_git_dir)
     # Other tasks' worktrees, including ones still being created (git names the admin

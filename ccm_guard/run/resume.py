@@ -17,6 +17,7 @@ from pathlib import Path
 from ccm_guard.agent import runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.detect.policy_at import policy_at
+from ccm_guard.detect.snapshot import main_files, take
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.errors import StateError
 from ccm_guard.git import Repo, layout
@@ -28,7 +29,6 @@ from ccm_guard.run.exec import (
     run_and_judge,
     write_baseline,
 )
-from ccm_guard.run.judge import main_files, snapshot
 from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree import ops as taskops
 
@@ -49,7 +49,7 @@ def resume_task(registry: Registry, task_id: str, opts: ExecOptions) -> Verdict:
     _file_question(pins.worktree, Path(task.log_dir))
     armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
                            agent=opts.agent, allow_ports=opts.allow_ports)
-    before = snapshot(pins)
+    before = take(pins)
     main_before = main_files(Repo(Path(task.main_git_dir), pins.common_dir, Path(task.main_worktree)))
     setup_files = _setup_files(task)  # what the first run's setup left is still not the agent's
     baseline = write_baseline(Path(task.log_dir, f"baseline-resume-{int(time.time())}.json"), before, main_before,

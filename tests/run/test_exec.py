@@ -326,3 +326,30 @@ def test_every_printed_next_step_runs(repo: Path, tmp_path: Path, case: str) -> 
     if case == "untrusted":  # no step may send the person into the repository with git first
         assert res.verdict["next_steps"][0].startswith("first:   run no git in")
         assert not any(step.startswith(("inspect:", "discard:")) for step in res.verdict["next_steps"])
+
+
+def test_judging_is_imported_while_the_agent_runs_not_before(repo: Path, tmp_path: Path) -> None:
+    """exec imports the gates, recovery and disposal on a thread once the agent is running
+    (run.exec.import_judging): none of them may be imported before, or the agent's time
+    no longer hides them."""
+    agent = write_agent(tmp_path, "echo hi > hi.txt; git add hi.txt; git commit -q -m hi")
+    seen = tmp_path / "seen.json"
+    code = f"""
+import json, sys
+from ccm_guard.agent import runner
+from ccm_guard.run.exec import JUDGING_MODULES
+heavy = (*JUDGING_MODULES, "ccm_guard.detect.gates", "ccm_guard.detect.context", "ccm_guard.cli.render")
+real = runner.run
+def run(*args, **kwargs):
+    with open({str(seen)!r}, "w") as f:
+        json.dump(sorted(m for m in heavy if m in sys.modules), f)
+    return real(*args, **kwargs)
+runner.run = run
+from ccm_guard.cli import main
+main(["exec", "--json", "--", {str(agent)!r}], prog_name="ccm-guard")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "pass"
+    assert json.loads(seen.read_text()) == []
