@@ -107,6 +107,28 @@ def _fd_inside(pid: int, root: str) -> bool:
     return False
 
 
+def held_open(paths: set[str]) -> set[str]:
+    """Which of `paths` some live process holds open (a git writing its lock file does, from
+    taking the lock to committing it). Processes of other users cannot be looked into:
+    what only they hold counts as not held."""
+    held: set[str] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{name}/fd/{fd}")
+            except OSError:
+                continue
+            if target in paths:
+                held.add(target)
+    return held
+
+
 def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
     """Live processes that belong to the run: our descendants, marked ones, ones in the worktree.
 

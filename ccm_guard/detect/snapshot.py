@@ -52,6 +52,9 @@ class Snapshot:
     refs: dict[str, str]  # refname -> "<sha>" or "ref: <target>" or "symlink: <target>"
     objects: dict[str, tuple[int, int, int, int]]  # rel path under objects/ -> identity
     taken_at: float
+    # Lock files outside the task's own admin dir ("common/<rel>"): another git at work, or
+    # one left behind for the person's next command to trip on (judged by who holds it).
+    locks: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +63,7 @@ class Snapshot:
             "refs": self.refs,
             "objects": {k: list(v) for k, v in self.objects.items()},
             "taken_at": self.taken_at,
+            "locks": list(self.locks),
         }
 
     @classmethod
@@ -70,6 +74,7 @@ class Snapshot:
             refs=dict(data["refs"]),
             objects={k: (v[0], v[1], v[2], v[3]) for k, v in data["objects"].items()},
             taken_at=data["taken_at"],
+            locks=tuple(data.get("locks", ())),  # (baselines written before locks were kept)
         )
 
 
@@ -89,10 +94,12 @@ def take(pins: Pins) -> Snapshot:
     files: dict[str, Entry] = {}
     contents: dict[str, bytes] = {}
     own = f"worktrees/{pins.admin_name}/"
+    locks: list[str] = []
     for rel, entry, data in _walk(common, skip_top=_SKIP_TOP):
-        if rel.endswith(".lock") and not rel.startswith(own):
-            continue  # another git process at work right now; only the task's own locks are its doing
         key = f"common/{rel}"
+        if rel.endswith(".lock") and not rel.startswith(own):
+            locks.append(key)  # another git at work right now, or one left behind: see `locks`
+            continue
         files[key] = entry
         if data is not None and _is_config(rel):
             contents[key] = data
@@ -109,7 +116,8 @@ def take(pins: Pins) -> Snapshot:
         if pointer[1] is not None:
             contents["pointer"] = pointer[1]
     _host_files(pins, files, contents, tuple(extra_files))
-    return Snapshot(files, contents, read_refs(common), objects.inventory(common / "objects"), time.time())
+    refs = read_refs(common, locks)
+    return Snapshot(files, contents, refs, objects.inventory(common / "objects"), time.time(), tuple(locks))
 
 
 # --- files outside the repository that steer git or ccm-guard --------------------------------
@@ -145,13 +153,21 @@ def _host_files(pins: Pins, files: dict[str, Entry], contents: dict[str, bytes],
         if data is not None:
             configs.append((path, data))
             queue += [(prefix, target) for target in _includes(path, data)]
+    from ccm_guard.state.home import home, hooks_dir
+
+    # ccm-guard's own guard hooks for every task of the repository (a finished task's
+    # worktree runs its hooks on the person's next commit there), then the hooks dirs the
+    # configs name (the person's core.hooksPath, which may lie anywhere).
+    guard_hooks = hooks_dir(common)
+    _record(files, contents, f"host/{guard_hooks}", guard_hooks, keep=False)
+    for rel, entry, _ in itertools.islice(_walk(guard_hooks), 65536):  # a few files per task
+        files[f"host/{guard_hooks}/{rel}"] = entry
     for config, data in configs:
         for hooks in _hooks_dirs(config, data, common):
             _record(files, contents, f"host/{hooks}", hooks, keep=False)
             # Bounded: a hooks path of "/" must not make every snapshot walk the disk.
             for rel, entry, _ in itertools.islice(_walk(hooks), 4096):
                 files[f"host/{hooks}/{rel}"] = entry
-    from ccm_guard.state.home import home
 
     _record(files, contents, f"host/{home() / 'policy.toml'}", home() / "policy.toml", keep=False)
 
@@ -341,12 +357,15 @@ def _packed_refs(data: bytes) -> dict[str, str]:
     return refs
 
 
-def read_refs(common: Path) -> dict[str, str]:
-    """All refs of the common dir: packed first, loose ones override (as git reads them)."""
+def read_refs(common: Path, locks: list[str] | None = None) -> dict[str, str]:
+    """All refs of the common dir: packed first, loose ones override (as git reads them).
+    Lock files found among them are added to `locks` ("common/refs/<rel>")."""
     refs = _packed_refs(read_nofollow(common / "packed-refs") or b"")
     for rel, entry, data in _walk(common / "refs"):
-        if rel.endswith(".lock"):
-            continue  # a ref update in flight, not a ref (git reads them the same way)
+        if rel.endswith(".lock"):  # a ref update in flight (or left behind), not a ref: git reads it so
+            if locks is not None:
+                locks.append(f"common/refs/{rel}")
+            continue
         name = f"refs/{rel}"
         if entry.kind == "l":
             refs[name] = f"symlink: {entry.digest}"

@@ -59,7 +59,7 @@ from ccm_guard.prevent.hookfiles import (
     write_settings,
 )
 from ccm_guard.prevent.hookreport import Report
-from ccm_guard.state.home import home, key_hash
+from ccm_guard.state.home import home, hooks_dir
 
 LEGACY_SUFFIX = ".ccm-guard.legacy"
 
@@ -67,13 +67,8 @@ LEGACY_SUFFIX = ".ccm-guard.legacy"
 # --- where ccm-guard keeps a repository's hooks ----------------------------------------
 
 
-def state_dir(common: Path) -> Path:
-    name = common.parent.name if common.name == ".git" else common.name
-    return home() / "hooks" / f"{name}-{key_hash(common)}"
-
-
 def worktree_hooks_dir(common: Path, admin: Path) -> Path:
-    return state_dir(common) / "worktrees" / admin.name
+    return hooks_dir(common) / "worktrees" / admin.name
 
 
 def worktree_dirs(worktree: Path) -> tuple[Path, Path]:
@@ -114,7 +109,7 @@ def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: 
     hooks = worktree_hooks_dir(common, admin)
     report = Report(target=worktree, hooks_dir=hooks)
     record = _worktree_record(hooks, admin / "config.worktree")
-    enable_worktree_config(common, state_dir(common) / "worktree-config.json", report)
+    enable_worktree_config(common, hooks_dir(common) / "worktree-config.json", report)
     hooks.mkdir(parents=True, exist_ok=True)
     settings = hooks / "settings"
     write_settings(settings, [
@@ -187,13 +182,13 @@ def uninstall_worktree(worktree: Path, *, restore_shared: bool = True,
         report.removed += sorted(hooks.iterdir())
         shutil.rmtree(hooks)
     if restore_shared:
-        disable_worktree_config(common, state_dir(common) / "worktree-config.json", report)
+        disable_worktree_config(common, hooks_dir(common) / "worktree-config.json", report)
     _prune_state(common)
     return report
 
 
 def _prune_state(common: Path) -> None:
-    for directory in (state_dir(common) / "worktrees", state_dir(common)):
+    for directory in (hooks_dir(common) / "worktrees", hooks_dir(common)):
         try:
             directory.rmdir()
         except OSError:
@@ -206,7 +201,7 @@ def _prune_state(common: Path) -> None:
 def install_repo(repo: Path, *, force: bool = False) -> Report:
     found = git.discover(repo)
     common = found.common_dir
-    own = state_dir(common) / "repo"
+    own = hooks_dir(common) / "repo"
     setting = hooks_path_setting([*user_config_files(common), common / "config.worktree"])
     manifest = _load_manifest(common)
     if setting and Path(found.toplevel, setting[0]) == own:
@@ -238,7 +233,7 @@ def _install_hooks_dir(found: git.Discovered, manifest: dict[str, Any]) -> Repor
     for hook, backup in moves:
         os.rename(hook, backup)  # the same inode: bytes, mode and times kept
         report.kept.append((hook, backup))
-    tasks = str(state_dir(found.common_dir) / "worktrees")
+    tasks = str(hooks_dir(found.common_dir) / "worktrees")
     for name in GUARD_HOOKS:
         write_hook(directory / name, hook=name, tasks=tasks, legacy=str(directory / (name + LEGACY_SUFFIX)))
         report.written.append(directory / name)
@@ -249,7 +244,7 @@ def _install_hooks_dir(found: git.Discovered, manifest: dict[str, Any]) -> Repor
 def _install_hooks_path(found: git.Discovered, own: Path, previous: str, manifest: dict[str, Any],
                         where: Path) -> Report:
     report = Report(target=found.toplevel, hooks_dir=own)
-    tasks = str(state_dir(found.common_dir) / "worktrees")
+    tasks = str(hooks_dir(found.common_dir) / "worktrees")
     checks = dict.fromkeys(GUARD_HOOKS, True)
     write_chaining_dir(own, previous, found.toplevel, settings="", tasks=tasks, checks=checks, report=report)
     if "edit" not in manifest:
@@ -267,7 +262,7 @@ def uninstall_repo(repo: Path) -> Report:
     found = git.discover(repo)
     manifest = _load_manifest(found.common_dir)
     if manifest.get("mode") == "hooks-path":
-        report = Report(target=found.toplevel, hooks_dir=state_dir(found.common_dir) / "repo")
+        report = Report(target=found.toplevel, hooks_dir=hooks_dir(found.common_dir) / "repo")
         config_undo(manifest["edit"], manifest.get("previous_here"), report)
         if report.hooks_dir and report.hooks_dir.exists():
             report.removed += sorted(report.hooks_dir.iterdir())
@@ -275,7 +270,7 @@ def uninstall_repo(repo: Path) -> Report:
     else:
         report = _uninstall_hooks_dir(found.common_dir / "hooks", manifest.get("created_dir", False))
         report.target = found.toplevel
-    (state_dir(found.common_dir) / "repo.json").unlink(missing_ok=True)
+    (hooks_dir(found.common_dir) / "repo.json").unlink(missing_ok=True)
     _prune_state(found.common_dir)
     return report
 
@@ -299,11 +294,11 @@ def _uninstall_hooks_dir(directory: Path, created: bool) -> Report:
 
 
 def _load_manifest(common: Path) -> dict[str, Any]:
-    path = state_dir(common) / "repo.json"
+    path = hooks_dir(common) / "repo.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _save_manifest(common: Path, manifest: dict[str, Any]) -> None:
-    path = state_dir(common) / "repo.json"
+    path = hooks_dir(common) / "repo.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest))

@@ -91,5 +91,13 @@ def no_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def hooks_dir(common: Path) -> Path:
+    """Where ccm-guard keeps a repository's guard hooks: `worktrees/<admin dir name>/` for
+    each task's, `repo/` for a whole-repository install (prevent.hooks writes them; every
+    snapshot of the repository covers them all)."""
+    name = common.parent.name if common.name == ".git" else common.name
+    return home() / "hooks" / f"{name}-{key_hash(common)}"
+
+
 def repo_key(main: git.Discovered) -> str:
     return f"{main.toplevel.name}-{key_hash(main.common_dir)}"

@@ -7,6 +7,10 @@ tell them from the person's own edits). Landlock makes all of it read-only.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +108,33 @@ def test_planting_a_hook_path_in_a_finished_tasks_config_worktree(repo: Path, tm
     assert marker.exists(), "the planted hook never ran in the finished task's worktree: the test proves nothing"
 
 
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("how", ["rewrite", "add"])
+def test_planting_code_in_a_finished_tasks_guard_hooks_under_the_state_home(repo: Path, tmp_path: Path,
+                                                                              sandbox: str, how: str) -> None:
+    """ccm-guard's own hook files of another task live under the state home, outside the
+    repository: rewritten (or a new hook added beside them), the person's next commit in
+    that task's worktree runs the agent's code."""
+    marker = tmp_path / "marker"
+    done = finished_task(repo, tmp_path)
+    worktree = Path(done.verdict["worktree"])
+    hooks = Path(git(worktree, "config", "core.hooksPath"))
+    target = hooks / ("pre-commit" if how == "rewrite" else "post-commit")
+    before = target.read_bytes() if target.exists() else None
+    agent = write_agent(tmp_path, f"{COMMIT}\n{{ printf '#!/bin/sh\ntouch {marker}\n' > {target} "
+                        f"&& chmod +x {target}; }} 2>/dev/null || echo DENIED >&2")
+    res = run_exec(repo, agent, "--sandbox", sandbox, "--task", "attacker")
+    if sandbox == "landlock":  # prevented: the state home is not the agent's to write
+        assert "DENIED" in res.stderr and res.code == 0, res.stdout
+        assert (target.read_bytes() if target.exists() else None) == before
+        return
+    assert res.code == 1
+    assert f"{target} was {'modified' if how == 'rewrite' else 'added'} (another task's guard hook" \
+        in res.reasons("git-metadata")
+    plain_git(worktree, "commit", "-q", "--allow-empty", "-m", "review fixup")
+    assert marker.exists(), "the planted hook never ran in the finished task's worktree: the test proves nothing"
+
+
 def test_creating_a_worktree_is_refused_by_the_shim_and_reported_with_the_real_git(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
 git worktree add -q -b escape {tmp_path}/escape-shim || true
@@ -138,3 +169,82 @@ def test_writing_into_a_finished_tasks_worktree_through_dot_dot(repo: Path, tmp_
     else:
         assert changed == "M done.txt"  # it happened, and nothing reports it
     assert res.code == 0
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("lock", ["index.lock", "refs/heads/main.lock", "packed-refs.lock", "HEAD.lock"])
+def test_a_stale_lock_left_in_the_shared_git_dir(repo: Path, tmp_path: Path, sandbox: str, lock: str) -> None:
+    """An empty lock file in the person's git dir makes their next commit (or ref update)
+    fail with "File exists" until someone removes it by hand."""
+    target = repo / ".git" / lock
+    agent = write_agent(tmp_path, f"{COMMIT}\ntouch {target} 2>/dev/null || echo DENIED >&2")
+    res = run_exec(repo, agent, "--sandbox", sandbox)
+    if not target.exists():  # prevented: the sandbox keeps the person's metadata read-only
+        assert sandbox == "landlock" and "DENIED" in res.stderr
+        assert res.code == 0, res.stdout
+        return
+    assert res.code == 1
+    assert "1 lock file(s) left in the shared git metadata that no git process holds" in res.reasons("git-metadata")
+    [path] = all_paths(res, "git-metadata")
+    assert path.endswith(lock)
+    # and it was real: the person's git trips on it
+    person = ["pack-refs", "--all"] if lock == "packed-refs.lock" else ["commit", "-q", "--allow-empty", "-m", "x"]
+    assert "File exists" in plain_git(repo, *person).stderr
+
+
+def test_a_lock_a_live_git_holds_is_not_a_finding(repo: Path, tmp_path: Path) -> None:
+    """The person's own git at work during the run holds its lock open: not the agent's."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    agent = write_agent(tmp_path, f"{COMMIT}\n: > {started}\nwhile [ ! -e {go} ]; do sleep 0.05; done")
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--sandbox", "none", "--",
+                             str(agent)], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    lock = repo / ".git" / "refs" / "heads" / "feature.lock"
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with open(lock, "w") as held:  # as git holds a lock from taking it to committing it
+            go.touch()
+            out, err = proc.communicate(timeout=60)
+            assert held.fileno() >= 0
+    finally:
+        lock.unlink(missing_ok=True)
+    verdict = json.loads(out)
+    assert verdict["outcome"] == "pass", err
+    assert not any("lock file" in f["reason"] for g in verdict["gates"] for f in g.get("findings", []))
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("name", ["ORIG_HEAD", "FETCH_HEAD"])
+def test_pointing_the_persons_orig_head_at_the_agents_commit(repo: Path, tmp_path: Path, sandbox: str,
+                                                             name: str) -> None:
+    """`git reset --hard ORIG_HEAD` (or a merge of FETCH_HEAD) in the person's checkout
+    would then take the agent's commit."""
+    target = repo / ".git" / name
+    agent = write_agent(tmp_path, f"{COMMIT}\n{{ git rev-parse HEAD > {target}; }} 2>/dev/null || echo DENIED >&2")
+    res = run_exec(repo, agent, "--sandbox", sandbox)
+    if sandbox == "landlock":
+        assert "DENIED" in res.stderr and not target.exists()
+        assert res.code == 0, res.stdout
+        return
+    assert target.read_text().strip() == res.verdict["head"]
+    assert res.code == 1
+    assert f"`git reset --hard {name}` or `git merge {name}` there would take what it now names" \
+        in res.reasons("main-checkout")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_the_agents_stash_lands_in_the_persons_stash_list_and_is_named(repo: Path, tmp_path: Path,
+                                                                       sandbox: str) -> None:
+    """refs/stash is shared by every worktree: without the sandbox a task may stash (its own
+    work in progress), and the verdict says where that went and what a `git stash pop`
+    would do; with it, the shared ref is not the agent's to write."""
+    agent = write_agent(tmp_path, f"{COMMIT}\necho wip >> src/app.py\ngit stash -q 2>/dev/null || echo DENIED >&2")
+    res = run_exec(repo, agent, "--sandbox", sandbox)
+    if sandbox == "landlock":
+        assert "DENIED" in res.stderr and git(repo, "stash", "list") == ""
+        return
+    assert git(repo, "stash", "list") != ""
+    assert res.code == 0 and res.status("refs-untouched") == "warn"
+    assert "a `git stash pop` of the agent's entry applies its changes to your checkout" in res.reasons("refs-untouched")

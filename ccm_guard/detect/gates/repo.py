@@ -5,6 +5,7 @@ checkout (main-checkout). Registered, with the others, in gates.GATES.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ccm_guard import git
@@ -22,6 +23,7 @@ from ccm_guard.detect.delta import FileChange, Owner, RefChange
 from ccm_guard.detect.snapshot import Entry
 from ccm_guard.errors import GitError
 from ccm_guard.git import config as configfile
+from ccm_guard.state.home import hooks_dir
 
 
 def refs_untouched(ctx: Context) -> list[Finding]:
@@ -44,8 +46,13 @@ def refs_untouched(ctx: Context) -> list[Finding]:
             findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
         elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
             continue  # a new archive or snapshot written by another ccm-guard run
-        elif rc.ref.startswith(("refs/remotes/", "refs/stash")):
-            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a fetch or stash of yours?)", (rc.ref,), WARN))
+        elif rc.ref == "refs/stash":  # shared by every worktree: the agent's `git stash` lands in yours
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a stash of yours, or the agent's? "
+                                    "`git stash list` shows it; a `git stash pop` of the agent's entry applies its "
+                                    "changes to your checkout)", (rc.ref,), WARN))
+        elif rc.ref.startswith("refs/remotes/"):
+            findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a fetch of yours, or the agent's? "
+                                    "a merge or reset to it would take what it now names)", (rc.ref,), WARN))
         elif rc.ref in checked_out and ctx.delta.changed(checked_out[rc.ref]) and not _carries_task_work(ctx, rc):
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} while its checkout's index changed too: "
                                     "your own commit, or the agent's? check it", (rc.ref,), WARN))
@@ -120,9 +127,14 @@ def git_metadata(ctx: Context) -> list[Finding]:
     findings = [Finding("git-metadata", f"{len(planted)} link(s) or special file(s) planted in the git metadata, "
                         "which git would write through (ccm-guard ran no git there after this)", tuple(planted))
                 ] if planted else []
+    guard_hooks = f"host/{hooks_dir(ctx.pins.common_dir)}/"
     for change in ctx.delta.files:
         if ctx.ignored_worktree(change.key):
             found = _other_task_change(ctx, change)
+            findings.extend([found] if found else [])
+            continue
+        if change.key.startswith(guard_hooks) and _other_tasks_hooks(ctx, change.key[len(guard_hooks):]):
+            found = _other_hooks_change(ctx, change, change.key[len(guard_hooks):])
             findings.extend([found] if found else [])
             continue
         where = display(change.key)
@@ -151,6 +163,7 @@ def git_metadata(ctx: Context) -> list[Finding]:
         elif change.owner is Owner.REFLOG and not _is_dir(ctx, change.key) \
                 and not _ref_changed(ctx, change.key[len("common/logs/"):]):
             findings.append(Finding("git-metadata", f"reflog {where} was rewritten but its ref did not move", (where,)))
+    findings += _locks_left(ctx)
     head = ctx.after.contents.get(f"common/worktrees/{ctx.pins.admin_name}/HEAD", b"").decode("utf-8", "replace").strip()
     if head != f"ref: {ctx.pins.branch_ref}":
         findings.append(Finding("git-metadata", f"the task worktree's HEAD left {ctx.pins.branch}: {head[:60] or '(missing)'}"))
@@ -195,6 +208,52 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
             return Finding("git-metadata", f"another task's worktree ({name}) was removed, but not by ccm-guard: "
                            f"its branch {branch} is still there and nothing was archived", (where,))
     return None
+
+
+def _locks_left(ctx: Context) -> list[Finding]:
+    """Lock files that appeared in the shared git metadata during the run and that no live
+    process holds (the agent's are all stopped by now): left behind, every git command of
+    the person's that takes that lock fails ("Unable to create '...lock': File exists")."""
+    from ccm_guard.agent.processes import held_open
+
+    new = {str(ctx.pins.common_dir / key[len("common/"):]): key for key in set(ctx.after.locks) - set(ctx.before.locks)}
+    if not new:
+        return []
+    held = held_open(set(new))
+    left = sorted(display(key) for path, key in new.items() if path not in held and os.path.lexists(path))
+    if not left:
+        return []
+    return [Finding("git-metadata", f"{len(left)} lock file(s) left in the shared git metadata that no git "
+                    "process holds: your next git command that needs the lock fails (remove them once "
+                    "no git is running)", tuple(left))]
+
+
+def _other_tasks_hooks(ctx: Context, rel: str) -> bool:
+    """Whether `rel` (below the repository's guard hooks dir) is not this task's own: the
+    hooks another task's worktree runs, or the record every task's arming updates."""
+    parts = rel.split("/")
+    if parts[0] == "worktree-config.json":
+        return True
+    return len(parts) > 2 and parts[0] == "worktrees" and parts[1] != ctx.pins.admin_name
+
+
+def _other_hooks_change(ctx: Context, change: FileChange, rel: str) -> Finding | None:
+    """ccm-guard's guard hooks of another task, under the state home: that task's own run
+    installs, re-arms and removes them (and each task's arming updates the shared
+    worktree-config.json record), and its gates judge that. A hook file added or rewritten
+    while no run of that task was at work is code the person's next commit in that
+    worktree runs; one removed leaves that worktree unguarded."""
+    parts = rel.split("/")
+    if parts[0] == "worktree-config.json" or parts[1] in ctx.tasks_at_work:
+        return None
+    if _is_dir(ctx, change.key):
+        return None  # a directory: what is in it tells
+    where = display(change.key)
+    if change.change == "removed":
+        return Finding("git-metadata", f"{where} was removed (another task's guard hook, under the state "
+                       f"home): that task's worktree is no longer guarded", (where,), WARN)
+    return Finding("git-metadata", f"{where} was {change.change} (another task's guard hook, under the state "
+                   f"home): the person's next git command in that task's worktree would run it", (where,))
 
 
 def _arming(changes: list[configfile.ConfigChange], admin: Path) -> bool:
@@ -255,10 +314,13 @@ def _state_change(ctx: Context, change: FileChange, gate: str, prefix: str, plac
     where = display(change.key)
     if change.key == prefix + "index":
         return None
+    name = change.key[len(prefix):]
+    risk = (f" (`git reset --hard {name}` or `git merge {name}` there would take what it now names)"
+            if name in ("ORIG_HEAD", "FETCH_HEAD") and change.change != "removed" else "")
     if not ctx.delta.changed(prefix + "index") and (change.key == prefix + "HEAD" or change.change == "added"):
-        return Finding(gate, f"{where} {change.change} in {place} while its index did not: not a git command of yours",
-                       (where,))
-    return Finding(gate, f"{where} {change.change} in {place}", (where,), WARN)
+        return Finding(gate, f"{where} {change.change} in {place} while its index did not: not a git command of "
+                       f"yours{risk}", (where,))
+    return Finding(gate, f"{where} {change.change} in {place}{risk}", (where,), WARN)
 
 
 def main_checkout(ctx: Context) -> list[Finding]:
