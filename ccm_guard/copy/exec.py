@@ -93,6 +93,7 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
         verdict.gates.append(agent_home.gate(who.home_before, who.home.read_watched()))
     verdict.notes.insert(1, copied)
     verdict.notes.extend(said)
+    verdict.notes.extend(prevention.socket_notes(sandboxed=confine is not None))
     dispose_copy(verdict, opts, task, registry)
     return verdict
 

@@ -159,7 +159,20 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
         env.update(sandboxed_caches(private))
     command, said = with_own_sandbox(who, sandboxed=confine is not None, described=described,
                                      task_roots=lambda: roots.writable_roots(pins.worktree))
-    return Armed(command, env, confine, described, who, refusal_log, git_log, writable, (*notes, *said), identity)
+    return Armed(command, env, confine, described, who, refusal_log, git_log, writable,
+                 (*notes, *said, *socket_notes(sandboxed=confine is not None)), identity)
+
+
+def socket_notes(*, sandboxed: bool) -> tuple[str, ...]:
+    """What the sandbox cannot close, said once: the Unix sockets of the person's own
+    servers on the file system (abstract ones are closed from ABI 6; the variables that
+    name sockets are scrubbed from the agent's environment, but their paths are known)."""
+    found = sandbox.reachable_sockets() if sandboxed else []
+    if not found:
+        return ()
+    return (f"the sandbox cannot refuse connections to Unix sockets on the file system, and the agent could "
+            f"reach {', '.join(found)}: a tmux, D-Bus or docker server there runs commands outside the sandbox "
+            "(stop it while agents run, or run ccm-guard in a container)",)
 
 
 def with_own_sandbox(who: Agent, *, sandboxed: bool, described: str,

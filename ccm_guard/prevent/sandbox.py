@@ -235,3 +235,45 @@ def _raise(what: str) -> NoReturn:
     err = ctypes.get_errno()
     raise UsageError(f"{what} failed ({os.strerror(err)} [{errno.errorcode.get(err, err)}]): "
                      "run without --sandbox landlock, or report this kernel's behaviour")
+
+
+def reachable_sockets(limit: int = 5) -> list[str]:
+    """Unix sockets on the file system in the places the person's own servers keep them
+    ($XDG_RUNTIME_DIR or /run/user/<uid>, tmux's and ssh-agent's directories under /tmp,
+    docker's): Landlock cannot refuse a connection to a socket file (only its creation),
+    so a tmux, D-Bus or systemd server there can run commands outside the sandbox.
+    At most `limit`, owned by this user (or, for docker's, writable by them)."""
+    uid = os.getuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
+    tmux = os.environ.get("TMUX_TMPDIR") or "/tmp"
+    places = [runtime, *(os.path.join(runtime, d) for d in _subdirs(runtime)), os.path.join(tmux, f"tmux-{uid}"),
+              *(os.path.join("/tmp", d) for d in _subdirs("/tmp") if d.startswith("ssh-"))]
+    found = [path for path in ("/run/docker.sock", "/var/run/docker.sock")
+             if _is_socket(path) and os.access(path, os.W_OK)][:1]
+    for place in places:
+        for name in _names(place):
+            path = os.path.join(place, name)
+            if len(found) < limit and _is_socket(path, owner=uid):
+                found.append(path)
+    return found
+
+
+def _names(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
+
+
+def _subdirs(directory: str) -> list[str]:
+    return [n for n in _names(directory) if os.path.isdir(os.path.join(directory, n))
+            and not os.path.islink(os.path.join(directory, n))]
+
+
+def _is_socket(path: str, owner: int | None = None) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(st.st_mode) and (owner is None or st.st_uid == owner)
+

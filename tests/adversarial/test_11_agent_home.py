@@ -118,6 +118,33 @@ def test_connecting_to_the_persons_abstract_socket_is_prevented(repo: Path, tmp_
 
 
 @needs_landlock
+def test_a_pathname_socket_of_the_persons_server_is_reachable_and_the_verdict_says_so(repo: Path,
+                                                                                     tmp_path: Path) -> None:
+    """Landlock's limit, shown for real: a socket file (a tmux or D-Bus server's, in the
+    person's runtime dir) can be connected to from inside the sandbox. ccm-guard cannot
+    refuse it; the verdict names the socket, so the person can stop that server."""
+    runtime = tmp_path / "run-user"
+    runtime.mkdir()
+    path = runtime / "bus"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        probe = tmp_path / "probe.py"
+        probe.write_text(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({str(path)!r})\n"
+                         "    print('CONNECTED')\nexcept OSError as e:\n    print('DENIED', e.errno)\n")
+        agent = write_agent(tmp_path, f"{COMMIT}\npython3 {probe} >&2\nenv | grep -c XDG_RUNTIME_DIR >&2 || true")
+        res = run_exec(repo, agent, env={"XDG_RUNTIME_DIR": str(runtime)})
+        assert "CONNECTED" in res.stderr  # the limit is real: if this changes, the note is stale
+        assert res.code == 0, res.stdout
+        [note] = [n for n in res.verdict["notes"] if "Unix sockets on the file system" in n]
+        assert str(path) in note and "outside the sandbox" in note
+        assert "\n0\n" in f"\n{res.stderr}"  # the variable naming the place is not passed on
+    finally:
+        server.close()
+
+
+@needs_landlock
 @pytest.mark.skipif(sandbox.abi() < 4, reason="--no-network needs Landlock ABI 4")
 def test_no_network_allows_only_the_ports_the_run_names(repo: Path, tmp_path: Path) -> None:
     listeners = [socket.socket(), socket.socket()]
