@@ -129,6 +129,22 @@ def held_open(paths: set[str]) -> set[str]:
     return held
 
 
+def git_at_work(roots: list[Path]) -> bool:
+    """Whether a live git process works in one of `roots` (its cwd there): one that closed
+    its lock file while a hook or the editor runs (`git commit -a` does) still owns it."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{name}/comm").read_bytes() != b"git\n":
+                continue
+        except OSError:
+            continue
+        if any(_cwd_inside(int(name), str(root)) for root in roots):
+            return True
+    return False
+
+
 def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
     """Live processes that belong to the run: our descendants, marked ones, ones in the worktree.
 

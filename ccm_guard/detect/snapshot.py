@@ -55,6 +55,9 @@ class Snapshot:
     # Lock files outside the task's own admin dir ("common/<rel>"): another git at work, or
     # one left behind for the person's next command to trip on (judged by who holds it).
     locks: tuple[str, ...] = ()
+    # 2: locks and every task's guard hooks are recorded. A baseline written by an older
+    # ccm-guard (1) has neither, so what they would show is not judged against it.
+    format: int = 2
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class Snapshot:
             "objects": {k: list(v) for k, v in self.objects.items()},
             "taken_at": self.taken_at,
             "locks": list(self.locks),
+            "format": self.format,
         }
 
     @classmethod
@@ -74,7 +78,8 @@ class Snapshot:
             refs=dict(data["refs"]),
             objects={k: (v[0], v[1], v[2], v[3]) for k, v in data["objects"].items()},
             taken_at=data["taken_at"],
-            locks=tuple(data.get("locks", ())),  # (baselines written before locks were kept)
+            locks=tuple(data.get("locks", ())),
+            format=data.get("format", 1),
         )
 
 

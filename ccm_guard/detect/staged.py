@@ -37,7 +37,8 @@ def violations(rules: Rules, top: str) -> list[Violation]:
     def names(args: list[str]) -> list[str]:
         return git(args).decode("utf-8", "surrogateescape").split("\0")
 
-    raw = names(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff"])
+    raw = names(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff",
+                 "--ignore-submodules=none"])  # a .gitmodules saying `ignore = all` must not hide a gitlink
     changes = [PathChange(path, status, old_mode, new_mode, blob_id(old), blob_id(new), "staged")
                for path, status, old_mode, new_mode, old, new, _ in base.raw_changes(raw, "staged")]
     links = [c.new_blob for c in changes if c.new_mode == SYMLINK and c.new_blob]

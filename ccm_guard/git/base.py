@@ -121,6 +121,10 @@ def _exchange(to_git: int, from_git: int, errors: int, data: bytes) -> tuple[byt
     for fd in chunks:
         poll.register(fd, select.POLLIN)
     if data:
+        # Non-blocking: POLLOUT promises room for a little, not for all of a write; a
+        # blocking write that waits for git to read while git waits for us to read its
+        # output would never end.
+        os.set_blocking(to_git, False)
         poll.register(to_git, select.POLLOUT)
     else:
         os.close(to_git)
@@ -130,8 +134,10 @@ def _exchange(to_git: int, from_git: int, errors: int, data: bytes) -> tuple[byt
             if fd == to_git:
                 try:
                     view = view[os.write(fd, view[:65536]):]
+                except BlockingIOError:
+                    continue  # the pipe filled up between poll and write
                 except BrokenPipeError:
-                    view = view[:0]
+                    view = view[:0]  # git stopped reading (it exited): its exit code tells
                 if not view:
                     poll.unregister(fd)
                     os.close(fd)

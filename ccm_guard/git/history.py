@@ -190,8 +190,9 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
     base's own work coming in; what the merge itself brings relative to the base,
     an undoing of the base's changes included, is in the diffs kept.
     """
+    # --ignore-submodules=none: a .gitmodules saying `ignore = all` must not hide a gitlink.
     out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
-               "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
+               "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
     changes = _parse_raw(out.split("\0"), "")
     if not merged_base:
         return changes

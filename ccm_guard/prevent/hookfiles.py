@@ -154,20 +154,21 @@ def _present_hooks(directory: Path) -> list[str]:
 def write_chaining_dir(directory: Path, prev: str, base: Path, *, settings: str, tasks: str,
                        checks: dict[str, bool], report: Report) -> None:
     """Our hooks in `directory`, each chaining hooks dir `prev` by path; a chain-only
-    script for any other hook `prev` holds. A hook with nothing to check and nothing to
-    chain is not written: git would start a shell on every commit for nothing."""
+    script for any other hook `prev` holds. Each guard hook is written even with nothing
+    to check: the hook it chains may appear later (husky writes its own during setup's
+    `npm install`), and the script looks for it on every run."""
     directory.mkdir(parents=True, exist_ok=True)
-    legacy = {name: _chain_target(prev, base, name) for name in {*GUARD_HOOKS, *_present_hooks(Path(base, prev))}}
-    names = sorted(n for n, chained in legacy.items() if checks.get(n, False) or Path(base, chained).is_file())
-    for stale in directory.iterdir():  # an earlier install's scripts no longer needed
+    names = sorted({*GUARD_HOOKS, *_present_hooks(Path(base, prev))})
+    for stale in directory.iterdir():  # an earlier install's chain-only scripts
         if stale.name in GIT_HOOKS and stale.name not in names and is_ours(stale):
             stale.unlink()
     for name in names:
-        write_hook(directory / name, hook=name, settings=settings, tasks=tasks, legacy=legacy[name],
+        legacy = _chain_target(prev, base, name)
+        write_hook(directory / name, hook=name, settings=settings, tasks=tasks, legacy=legacy,
                    check=checks.get(name, False))
         report.written.append(directory / name)
-        if Path(base, legacy[name]).is_file():
-            report.chained.append(legacy[name])
+        if Path(base, legacy).is_file():
+            report.chained.append(legacy)
 
 
 # --- the task settings file ------------------------------------------------------------

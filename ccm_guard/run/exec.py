@@ -157,9 +157,9 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
             agent = runner.run(armed.command, pins.worktree, env, Path(task.log_dir), opts.timeout, opts.grace,
                                opts.terminal, echo_stdout_to_stderr=opts.json_stdout, confine=armed.confine,
                                started=lambda: warm.append(Later(import_judging)))
-        for imports in warm:
-            imports.result()
         leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
+        for imports in warm:  # after the stop: a failed import must not leave the agent's processes running
+            imports.result()
     failpoints.point("before-gates")
     from ccm_guard.detect import agent_home
     from ccm_guard.run.dispose import dispose

@@ -8,6 +8,7 @@ tell them from the person's own edits). Landlock makes all of it read-only.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -135,6 +136,20 @@ def test_planting_code_in_a_finished_tasks_guard_hooks_under_the_state_home(repo
     assert marker.exists(), "the planted hook never ran in the finished task's worktree: the test proves nothing"
 
 
+def test_forging_the_record_uninstall_restores_the_config_from(repo: Path, tmp_path: Path) -> None:
+    """The state home keeps what arming changed in the repository's config, for
+    `ccm-guard uninstall` to put back: forged, uninstall would write the agent's bytes."""
+    from ccm_guard.state.home import hooks_dir
+
+    finished_task(repo, tmp_path)
+    record = hooks_dir(repo / ".git") / "worktree-config.json"
+    assert record.is_file()
+    agent = write_agent(tmp_path, f"{COMMIT}\necho ' ' >> {record}")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "attacker")
+    assert res.code == 1
+    assert "the record `ccm-guard uninstall` restores the config from" in res.reasons("git-metadata")
+
+
 def test_creating_a_worktree_is_refused_by_the_shim_and_reported_with_the_real_git(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
 git worktree add -q -b escape {tmp_path}/escape-shim || true
@@ -190,6 +205,38 @@ def test_a_stale_lock_left_in_the_shared_git_dir(repo: Path, tmp_path: Path, san
     # and it was real: the person's git trips on it
     person = ["pack-refs", "--all"] if lock == "packed-refs.lock" else ["commit", "-q", "--allow-empty", "-m", "x"]
     assert "File exists" in plain_git(repo, *person).stderr
+
+
+def test_the_persons_commit_at_work_during_the_run_does_not_fail_it(repo: Path, tmp_path: Path) -> None:
+    """`git commit -a` closes its index.lock while the editor runs: a git of the person's at
+    work in the repository owns a lock no process holds open. A warning, not a failure."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    agent = write_agent(tmp_path, f"{COMMIT}\n: > {started}\nwhile [ ! -e {go} ]; do sleep 0.05; done")
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--json", "--sandbox", "none", "--",
+                             str(agent)], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (repo / "src/app.py").write_text("print('edited by the person')\n")
+    editor = tmp_path / "editor.sh"
+    editor.write_text(f"#!/bin/sh\nwhile [ ! -e {tmp_path}/done ]; do sleep 0.05; done\necho 'my commit' > \"$1\"\n")
+    editor.chmod(0o755)
+    person = subprocess.Popen(["git", "commit", "-a", "-q"], cwd=repo, env={**os.environ, "GIT_EDITOR": str(editor)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not (repo / ".git" / "index.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        go.touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        (tmp_path / "done").touch()
+        assert person.wait(timeout=30) == 0, person.stderr.read() if person.stderr else ""
+    verdict = json.loads(out)
+    assert verdict["outcome"] == "pass", err
+    findings = [f for g in verdict["gates"] for f in g.get("findings", []) if "lock file" in f["reason"]]
+    assert [f["severity"] for f in findings] in ([], ["warn"])
+    assert git(repo, "log", "-1", "--format=%s") == "my commit"
 
 
 def test_a_lock_a_live_git_holds_is_not_a_finding(repo: Path, tmp_path: Path) -> None:

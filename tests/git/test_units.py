@@ -229,3 +229,17 @@ def test_every_sanitised_task_branch_is_valid_without_asking_git(fp: FakeProcess
     # No git process is registered with the fake: a call to git would fail the test.
     for raw in ("fix the bug!", "..a..b..", "x.lock", "-dash-", "a" * 80, "é-ü-x", "ccm/nested/id", "_under"):
         assert git.check_branch_name("ccm/" + sanitise_task_id(raw))
+
+
+def test_the_lean_git_start_feeds_a_large_input_while_reading_a_large_output(repo: Path) -> None:
+    """git.base.start writes stdin while draining stdout: `cat-file --batch` answers more
+    than it is asked, and a blocking write would wait for git while git waits for us."""
+    from ccm_guard.git import base
+
+    (repo / "blob.txt").write_text("x" * 100 + "\n")
+    blob = gitcmd(repo, "hash-object", "-w", "blob.txt")
+    count = 20000  # ~800 KB asked, ~2.6 MB answered: far past any pipe's buffer
+    code, out, err = base.start(["cat-file", "--batch"], cwd=str(repo), env=base.environment(),
+                                input=f"{blob}\n".encode() * count)
+    assert code == 0, err
+    assert len(base.batch_contents(out)) == 1 and out.count(b"\n" + b"x" * 100) == count

@@ -205,6 +205,18 @@ def test_a_commit_from_another_index_is_judged_by_that_index(repo: Path, compile
     assert git(task.wt, "rev-parse", "HEAD") == head
 
 
+def test_a_gitlink_is_refused_even_when_gitmodules_says_ignore_all(task: Task) -> None:
+    """`ignore = all` in a .gitmodules (even an untracked one) drops the gitlink from git's
+    diffs unless told otherwise: the hook must still see it."""
+    (task.wt / ".gitmodules").write_text('[submodule "vendor"]\n\tpath = vendor\n\turl = ./x\n\tignore = all\n')
+    head = git(task.wt, "rev-parse", "HEAD")
+    git(task.wt, "update-index", "--add", "--cacheinfo", f"160000,{head},vendor")
+    proc = run_git(task.wt, "commit", "-q", "-m", "vendor")
+    assert proc.returncode != 0
+    assert "ccm-guard: refused: vendor: a gitlink (submodule entry) was added" in proc.stderr
+    assert git(task.wt, "rev-parse", "HEAD") == head
+
+
 def test_ccm_guard_skip_skips_the_check_before_python(task: Task) -> None:
     proc = commit(task.wt, ".gitattributes", "* text=auto\n", env={"CCM_GUARD_SKIP": "1"})
     assert proc.returncode == 0, proc.stderr

@@ -75,9 +75,8 @@ def test_worktree_install_is_per_worktree_under_the_state_home(repo: Path, isola
     assert git(repo, "config", "--get", "extensions.worktreeConfig") == "true"
     assert git(wt, "config", "--get", "core.hooksPath") == str(hooks)
     assert git(repo, "config", "--get", "core.hooksPath", check=False) == ""  # the main checkout
-    # commit-msg has nothing to do (no trailers, no hook of the person's to chain): not written.
     assert sorted(p.name for p in hooks.iterdir()) == sorted(
-        [*(set(hookfiles.GUARD_HOOKS) - {"commit-msg"}), "settings", "install.json"])
+        [*hookfiles.GUARD_HOOKS, "settings", "install.json"])
     settings = (hooks / "settings").read_text()
     assert "\nbranch=ccm/t1\n" in settings and "\nrole=implementor\n" in settings
     block = hookfiles.block_values(hooks / "pre-commit")

@@ -132,3 +132,38 @@ def test_a_restored_task_passes_its_audit(repo: Path, tmp_path: Path) -> None:
     proc = ccm("audit", "t1", "--json", cwd=repo)
     verdict = json.loads(proc.stdout)
     assert proc.returncode == 0, [g for g in verdict["gates"] if g["status"] != "pass"]
+
+
+def test_a_baseline_written_by_an_older_ccm_guard_is_judged_by_what_it_recorded(repo: Path, tmp_path: Path) -> None:
+    """Baselines of tasks run by an older version record neither lock files nor the guard
+    hooks of other tasks: what exists of those now is not news to them."""
+    import hashlib
+
+    from ccm_guard.state.registry import Registry
+
+    first = run_exec(repo, write_agent(tmp_path, COMMIT, "a.sh"), "--task", "older-a")
+    second = run_exec(repo, write_agent(tmp_path, COMMIT, "b.sh"), "--task", "older-b")
+    assert first.code == 0 and second.code == 0
+    registry = Registry()
+    try:
+        task = registry.get("older-b")
+        assert task.baseline is not None
+        path = Path(task.baseline)
+        data = json.loads(path.read_text())
+        snap = data["snapshot"]
+        del snap["locks"], snap["format"]  # as a baseline of before both existed
+        others = [k for k in snap["files"] if "/hooks/" in k and "/worktrees/" in k and "older-b" not in k]
+        assert others, "the test needs another task's hooks in the baseline"
+        for key in others:
+            del snap["files"][key]
+        path.write_text(json.dumps(data))
+        registry.set_option("older-b", "baseline_sha256", hashlib.sha256(path.read_bytes()).hexdigest())
+    finally:
+        registry.close()
+    (repo / ".git" / "packed-refs.lock").write_text("")  # stale before the run, for all the older baseline knows
+    try:
+        code, verdict = audit("older-b", cwd=repo)
+    finally:
+        (repo / ".git" / "packed-refs.lock").unlink()
+    assert statuses(verdict)["git-metadata"] == "pass", verdict
+    assert code == 0

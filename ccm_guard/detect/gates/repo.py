@@ -213,16 +213,27 @@ def _other_task_change(ctx: Context, change: FileChange) -> Finding | None:
 def _locks_left(ctx: Context) -> list[Finding]:
     """Lock files that appeared in the shared git metadata during the run and that no live
     process holds (the agent's are all stopped by now): left behind, every git command of
-    the person's that takes that lock fails ("Unable to create '...lock': File exists")."""
-    from ccm_guard.agent.processes import held_open
+    the person's that takes that lock fails ("Unable to create '...lock': File exists").
+    Other worktrees' own locks are theirs (a task's run, or the person, at work there).
+    While a git of the person's works in the repository (one that closed its lock to run
+    a hook or the editor), a lock may be its own: then a warning."""
+    from ccm_guard.agent.processes import git_at_work, held_open
 
-    new = {str(ctx.pins.common_dir / key[len("common/"):]): key for key in set(ctx.after.locks) - set(ctx.before.locks)}
+    if ctx.before.format < 2:
+        return []  # an older baseline did not record the locks there were
+    new = {str(ctx.pins.common_dir / key[len("common/"):]): key for key in set(ctx.after.locks) - set(ctx.before.locks)
+           if not key.startswith("common/worktrees/")}
     if not new:
         return []
     held = held_open(set(new))
     left = sorted(display(key) for path, key in new.items() if path not in held and os.path.lexists(path))
     if not left:
         return []
+    roots = [ctx.pins.common_dir, *([ctx.main_repo.work_tree] if ctx.main_repo and ctx.main_repo.work_tree else [])]
+    if git_at_work(roots):
+        return [Finding("git-metadata", f"{len(left)} lock file(s) appeared in the shared git metadata while a git "
+                        "of yours is at work there: its own, or left by the agent? (if they stay once your git "
+                        "is done, remove them)", tuple(left), WARN)]
     return [Finding("git-metadata", f"{len(left)} lock file(s) left in the shared git metadata that no git "
                     "process holds: your next git command that needs the lock fails (remove them once "
                     "no git is running)", tuple(left))]
@@ -230,7 +241,7 @@ def _locks_left(ctx: Context) -> list[Finding]:
 
 def _other_tasks_hooks(ctx: Context, rel: str) -> bool:
     """Whether `rel` (below the repository's guard hooks dir) is not this task's own: the
-    hooks another task's worktree runs, or the record every task's arming updates."""
+    hooks another task's worktree runs, or the record of the config arming changed."""
     parts = rel.split("/")
     if parts[0] == "worktree-config.json":
         return True
@@ -244,11 +255,20 @@ def _other_hooks_change(ctx: Context, change: FileChange, rel: str) -> Finding |
     while no run of that task was at work is code the person's next commit in that
     worktree runs; one removed leaves that worktree unguarded."""
     parts = rel.split("/")
-    if parts[0] == "worktree-config.json" or parts[1] in ctx.tasks_at_work:
+    if ctx.before.format < 2:
+        return None  # an older baseline did not record other tasks' hooks
+    where = display(change.key)
+    if parts[0] == "worktree-config.json":
+        # Written only as a task's arming turns extensions.worktreeConfig on (or its
+        # removal turns it off): what `uninstall` puts back, so never on its own.
+        if ctx.delta.changed("common/config"):
+            return None
+        return Finding("git-metadata", f"{where} was {change.change} while the repository's config was not "
+                       "(the record `ccm-guard uninstall` restores the config from)", (where,))
+    if parts[1] in ctx.tasks_at_work:
         return None
     if _is_dir(ctx, change.key):
         return None  # a directory: what is in it tells
-    where = display(change.key)
     if change.change == "removed":
         return Finding("git-metadata", f"{where} was removed (another task's guard hook, under the state "
                        f"home): that task's worktree is no longer guarded", (where,), WARN)
