@@ -238,23 +238,27 @@ def _raise(what: str) -> NoReturn:
 
 
 def reachable_sockets(limit: int = 5) -> list[str]:
-    """Unix sockets on the file system in the places the person's own servers keep them
-    ($XDG_RUNTIME_DIR or /run/user/<uid>, tmux's and ssh-agent's directories under /tmp,
-    docker's): Landlock cannot refuse a connection to a socket file (only its creation),
+    """Unix sockets on the file system of the person's own servers: those their session's
+    variables name (ssh-agent, tmux, the D-Bus session bus, docker), and those in the
+    places such servers keep them ($XDG_RUNTIME_DIR or /run/user/<uid>, tmux's directory,
+    docker's). Landlock cannot refuse a connection to a socket file (only its creation),
     so a tmux, D-Bus or systemd server there can run commands outside the sandbox.
     At most `limit`, owned by this user (or, for docker's, writable by them)."""
     uid = os.getuid()
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
-    tmux = os.environ.get("TMUX_TMPDIR") or "/tmp"
-    places = [runtime, *(os.path.join(runtime, d) for d in _subdirs(runtime)), os.path.join(tmux, f"tmux-{uid}"),
-              *(os.path.join("/tmp", d) for d in _subdirs("/tmp") if d.startswith("ssh-"))]
+    env = os.environ
+    docker = env.get("DOCKER_HOST", "")
+    named = [env.get("SSH_AUTH_SOCK", ""), env.get("TMUX", "").split(",")[0],
+             *(part[len("unix:path="):] for part in env.get("DBUS_SESSION_BUS_ADDRESS", "").split(";")
+               if part.startswith("unix:path=")),
+             docker[len("unix://"):] if docker.startswith("unix://") else ""]
+    runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
+    places = [runtime, *_subdirs(runtime, _names(runtime)), os.path.join(env.get("TMUX_TMPDIR") or "/tmp", f"tmux-{uid}")]
+    candidates = [p for p in named if p] + [os.path.join(place, name) for place in places for name in _names(place)]
     found = [path for path in ("/run/docker.sock", "/var/run/docker.sock")
              if _is_socket(path) and os.access(path, os.W_OK)][:1]
-    for place in places:
-        for name in _names(place):
-            path = os.path.join(place, name)
-            if len(found) < limit and _is_socket(path, owner=uid):
-                found.append(path)
+    for path in dict.fromkeys(candidates):
+        if len(found) < limit and path not in found and _is_socket(path, owner=uid):
+            found.append(path)
     return found
 
 
@@ -265,9 +269,10 @@ def _names(directory: str) -> list[str]:
         return []
 
 
-def _subdirs(directory: str) -> list[str]:
-    return [n for n in _names(directory) if os.path.isdir(os.path.join(directory, n))
-            and not os.path.islink(os.path.join(directory, n))]
+def _subdirs(directory: str, names: list[str]) -> list[str]:
+    """Those of `names` that are directories in `directory` (links not followed), as paths."""
+    paths = [os.path.join(directory, n) for n in names]
+    return [p for p in paths if os.path.isdir(p) and not os.path.islink(p)]
 
 
 def _is_socket(path: str, owner: int | None = None) -> bool:
