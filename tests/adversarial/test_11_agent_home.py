@@ -100,6 +100,14 @@ def test_signalling_the_persons_process_is_prevented(repo: Path, tmp_path: Path,
     assert res.code == 0
 
 
+def socket_probe(tmp_path: Path, address: str) -> Path:
+    """A script that connects to the Unix socket `address` and prints CONNECTED or DENIED."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({address!r})\n"
+                     "    print('CONNECTED')\nexcept OSError as e:\n    print('DENIED', e.errno)\n")
+    return probe
+
+
 @pytest.mark.skipif(sandbox.abi() < 6, reason="Landlock scopes (signals, abstract sockets) need ABI 6")
 def test_connecting_to_the_persons_abstract_socket_is_prevented(repo: Path, tmp_path: Path) -> None:
     name = f"ccm-guard-test-{os.getpid()}"
@@ -107,9 +115,7 @@ def test_connecting_to_the_persons_abstract_socket_is_prevented(repo: Path, tmp_
     server.bind("\0" + name)
     server.listen(1)
     try:
-        probe = tmp_path / "probe.py"
-        probe.write_text(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('\\0{name}')\n"
-                         "    print('CONNECTED')\nexcept OSError as e:\n    print('DENIED', e.errno)\n")
+        probe = socket_probe(tmp_path, "\0" + name)
         agent = write_agent(tmp_path, f"{COMMIT}\npython3 {probe} >&2")
         res = run_exec(repo, agent)
         assert "DENIED" in res.stderr and "CONNECTED" not in res.stderr
@@ -130,9 +136,7 @@ def test_a_pathname_socket_of_the_persons_server_is_reachable_and_the_verdict_sa
     server.bind(str(path))
     server.listen(1)
     try:
-        probe = tmp_path / "probe.py"
-        probe.write_text(f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({str(path)!r})\n"
-                         "    print('CONNECTED')\nexcept OSError as e:\n    print('DENIED', e.errno)\n")
+        probe = socket_probe(tmp_path, str(path))
         agent = write_agent(tmp_path, f"{COMMIT}\npython3 {probe} >&2\nenv | grep -c XDG_RUNTIME_DIR >&2 || true")
         res = run_exec(repo, agent, env={"XDG_RUNTIME_DIR": str(runtime)})
         assert "CONNECTED" in res.stderr  # the limit is real: if this changes, the note is stale
