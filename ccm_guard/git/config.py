@@ -9,6 +9,7 @@ stop running git on that repository.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import tempfile
@@ -171,7 +172,22 @@ class ConfigChange:
 
 
 def entries(data: bytes) -> list[tuple[str, str]]:
-    """Parse config bytes exactly as git does (through `git config --file`)."""
+    """Parse config bytes exactly as git does (through `git config --file`). A run reads
+    the same small files in both snapshots: those are parsed once per process."""
+    if len(data) <= _PARSED_LIMIT:
+        return list(_parsed(data))
+    return _parse(data)
+
+
+_PARSED_LIMIT = 1 << 16  # larger files are parsed each time, not kept
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(data: bytes) -> tuple[tuple[str, str], ...]:
+    return tuple(_parse(data))
+
+
+def _parse(data: bytes) -> list[tuple[str, str]]:
     fd, name = tempfile.mkstemp(prefix="ccm-guard-config-")
     try:
         with os.fdopen(fd, "wb") as fh:
