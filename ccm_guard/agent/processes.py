@@ -129,20 +129,31 @@ def held_open(paths: set[str]) -> set[str]:
     return held
 
 
-def git_at_work(roots: list[Path]) -> bool:
-    """Whether a live git process works in one of `roots` (its cwd there): one that closed
-    its lock file while a hook or the editor runs (`git commit -a` does) still owns it."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+def gits_at_work(roots: list[Path], started_by: float) -> list[Proc]:
+    """Live git processes that work in one of `roots` (their cwd there) and started by
+    `started_by` (seconds since the epoch): a git that closed its lock file while a hook
+    or the editor runs (`git commit -a` does) still owns it. ccm-guard itself and the
+    processes it runs under (a `git` alias or `git rebase -x` that started it) do not count."""
+    procs = _all()
+    mine = set()
+    pid = os.getpid()
+    while pid in procs and pid not in mine:
+        mine.add(pid)
+        pid = procs[pid].ppid
+    boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = []
+    for pid, proc in sorted(procs.items()):
+        if pid in mine or proc.state == "Z" or boot + proc.started / ticks > started_by + 1:
             continue
         try:
-            if Path(f"/proc/{name}/comm").read_bytes() != b"git\n":
+            if Path(f"/proc/{pid}/comm").read_bytes() != b"git\n":
                 continue
         except OSError:
             continue
-        if any(_cwd_inside(int(name), str(root)) for root in roots):
-            return True
-    return False
+        if any(_cwd_inside(pid, os.path.realpath(root)) for root in roots):
+            found.append(proc)
+    return found
 
 
 def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:

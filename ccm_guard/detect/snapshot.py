@@ -114,6 +114,9 @@ def take(pins: Pins) -> Snapshot:
                 contents[key] = config
     for name in ("objects/info",):
         for rel, entry, data in _walk(common / name):
+            if rel.endswith(".lock"):  # commit-graph.lock: as the others (a gc at work, or left behind)
+                locks.append(f"common/{name}/{rel}")
+                continue
             files[f"common/{name}/{rel}"] = entry
     pointer = _read_entry(pins.worktree / ".git")
     if pointer is not None:

@@ -219,7 +219,8 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
 
 
 def _tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
-    diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", old, new, "--"], repo).out
+    diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", "--ignore-submodules=none",
+                old, new, "--"], repo).out
     return _parse_raw(diff.split("\0"), new)
 
 

@@ -170,9 +170,10 @@ def socket_notes(*, sandboxed: bool) -> tuple[str, ...]:
     found = sandbox.reachable_sockets() if sandboxed else []
     if not found:
         return ()
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
     return (f"the sandbox cannot refuse connections to Unix sockets on the file system, and the agent could "
-            f"reach {', '.join(found)}: a tmux, D-Bus or docker server there runs commands outside the sandbox "
-            "(stop it while agents run, or run ccm-guard in a container)",)
+            f"reach {', '.join(found[:5])}{more}: a tmux, D-Bus or docker server there runs commands outside the "
+            "sandbox (stop it while agents run, or run ccm-guard in a container)",)
 
 
 def with_own_sandbox(who: Agent, *, sandboxed: bool, described: str,

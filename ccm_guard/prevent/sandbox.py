@@ -237,34 +237,69 @@ def _raise(what: str) -> NoReturn:
                      "run without --sandbox landlock, or report this kernel's behaviour")
 
 
-def reachable_sockets(limit: int = 5) -> list[str]:
-    """Unix sockets on the file system of the person's own servers: those their session's
-    variables name (ssh-agent, tmux, the D-Bus session bus, docker), and those in the
-    places such servers keep them ($XDG_RUNTIME_DIR or /run/user/<uid>, tmux's directory,
-    docker's). Landlock cannot refuse a connection to a socket file (only its creation),
-    so a tmux, D-Bus or systemd server there can run commands outside the sandbox.
-    At most `limit`, owned by this user (or, for docker's, writable by them)."""
+def reachable_sockets(cap: int = 64) -> list[str]:
+    """Unix sockets on the file system of the person's own servers, those that run
+    commands first: the ones their session's variables name (tmux, the D-Bus session bus,
+    ssh-agent, docker), then what is in the places such servers keep them (tmux's
+    directory, $XDG_RUNTIME_DIR or /run/user/<uid> when it is the user's own 0700
+    directory, as a runtime dir is; docker's). Landlock cannot refuse a connection to a
+    socket file (only its creation), so a server there can run commands outside the
+    sandbox. Owned by this user (docker's: writable by them); at most `cap`."""
     uid = os.getuid()
     env = os.environ
     docker = env.get("DOCKER_HOST", "")
-    named = [env.get("SSH_AUTH_SOCK", ""), env.get("TMUX", "").split(",")[0],
-             *(part[len("unix:path="):] for part in env.get("DBUS_SESSION_BUS_ADDRESS", "").split(";")
-               if part.startswith("unix:path=")),
-             docker[len("unix://"):] if docker.startswith("unix://") else ""]
+    named = [env.get("TMUX", "").split(",")[0], *_dbus_paths(env.get("DBUS_SESSION_BUS_ADDRESS", "")),
+             env.get("SSH_AUTH_SOCK", ""), docker[len("unix://"):] if docker.startswith("unix://") else ""]
     runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
-    places = [runtime, *_subdirs(runtime, _names(runtime)), os.path.join(env.get("TMUX_TMPDIR") or "/tmp", f"tmux-{uid}")]
+    places = [os.path.join(env.get("TMUX_TMPDIR") or "/tmp", f"tmux-{uid}")]
+    if _private_dir(runtime, uid):  # not a shared /tmp that a CI sets it to
+        places += [os.path.join(runtime, d) for d in ("systemd", "podman", "docker")] + [runtime]
+        places += [p for p in _subdirs(runtime, _names(runtime)) if p not in places]
     candidates = [p for p in named if p] + [os.path.join(place, name) for place in places for name in _names(place)]
     found = [path for path in ("/run/docker.sock", "/var/run/docker.sock")
              if _is_socket(path) and os.access(path, os.W_OK)][:1]
     for path in dict.fromkeys(candidates):
-        if len(found) < limit and path not in found and _is_socket(path, owner=uid):
+        if len(found) < cap and path not in found and _is_socket(path, owner=uid):
             found.append(path)
     return found
 
 
-def _names(directory: str) -> list[str]:
+def _dbus_paths(address: str) -> list[str]:
+    """The socket files a D-Bus address names: `unix:path=/x/bus,guid=...;...`, the path
+    %-escaped as D-Bus escapes it."""
+    found = []
+    for part in address.split(";"):
+        if part.startswith("unix:"):
+            for key, _, value in (kv.partition("=") for kv in part[len("unix:"):].split(",")):
+                if key == "path":
+                    found.append(_unescape(value))
+    return found
+
+
+def _unescape(value: str) -> str:
+    parts = value.split("%")
+    out = [parts[0]]
+    for part in parts[1:]:
+        try:
+            out.append(chr(int(part[:2], 16)) + part[2:])
+        except ValueError:
+            out.append("%" + part)
+    return "".join(out)
+
+
+def _private_dir(path: str, uid: int) -> bool:
     try:
-        return sorted(os.listdir(directory))
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077
+
+
+def _names(directory: str, limit: int = 512) -> list[str]:
+    """Up to `limit` names in `directory` (a runtime dir holds a few dozen)."""
+    try:
+        with os.scandir(directory) as it:
+            return sorted(entry.name for entry, _ in zip(it, range(limit)))
     except OSError:
         return []
 
@@ -281,4 +316,3 @@ def _is_socket(path: str, owner: int | None = None) -> bool:
     except OSError:
         return False
     return stat.S_ISSOCK(st.st_mode) and (owner is None or st.st_uid == owner)
-

@@ -187,11 +187,14 @@ def test_writing_into_a_finished_tasks_worktree_through_dot_dot(repo: Path, tmp_
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
-@pytest.mark.parametrize("lock", ["index.lock", "refs/heads/main.lock", "packed-refs.lock", "HEAD.lock"])
+@pytest.mark.parametrize("lock", ["index.lock", "refs/heads/main.lock", "packed-refs.lock", "HEAD.lock",
+                                  "objects/info/commit-graph.lock", "worktrees/feature/index.lock"])
 def test_a_stale_lock_left_in_the_shared_git_dir(repo: Path, tmp_path: Path, sandbox: str, lock: str) -> None:
     """An empty lock file in the person's git dir makes their next commit (or ref update)
     fail with "File exists" until someone removes it by hand."""
     target = repo / ".git" / lock
+    feature = tmp_path / "feature"  # a linked worktree of the person's own
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(feature))
     agent = write_agent(tmp_path, f"{COMMIT}\ntouch {target} 2>/dev/null || echo DENIED >&2")
     res = run_exec(repo, agent, "--sandbox", sandbox)
     if not target.exists():  # prevented: the sandbox keeps the person's metadata read-only
@@ -203,8 +206,10 @@ def test_a_stale_lock_left_in_the_shared_git_dir(repo: Path, tmp_path: Path, san
     [path] = all_paths(res, "git-metadata")
     assert path.endswith(lock)
     # and it was real: the person's git trips on it
-    person = ["pack-refs", "--all"] if lock == "packed-refs.lock" else ["commit", "-q", "--allow-empty", "-m", "x"]
-    assert "File exists" in plain_git(repo, *person).stderr
+    person = {"packed-refs.lock": ["pack-refs", "--all"],
+              "objects/info/commit-graph.lock": ["commit-graph", "write", "--reachable"]}.get(
+        lock, ["commit", "-q", "--allow-empty", "-m", "x"])
+    assert "File exists" in plain_git(feature if lock.startswith("worktrees/") else repo, *person).stderr
 
 
 def test_the_persons_commit_at_work_during_the_run_does_not_fail_it(repo: Path, tmp_path: Path) -> None:
@@ -295,3 +300,17 @@ def test_the_agents_stash_lands_in_the_persons_stash_list_and_is_named(repo: Pat
     assert git(repo, "stash", "list") != ""
     assert res.code == 0 and res.status("refs-untouched") == "warn"
     assert "a `git stash pop` of the agent's entry applies its changes to your checkout" in res.reasons("refs-untouched")
+
+
+def test_a_stale_lock_fails_the_run_when_ccm_guard_runs_under_a_git_alias(repo: Path, tmp_path: Path) -> None:
+    """The git that started ccm-guard (an alias, `git rebase -x`, `git bisect run`) works in
+    the repository for the whole run; it is not a git of the person's that owns the lock."""
+    target = repo / ".git" / "index.lock"
+    agent = write_agent(tmp_path, f"{COMMIT}\ntouch {target}")
+    proc = subprocess.run(["git", "-c", f"alias.guard=!{sys.executable} -m ccm_guard", "guard", "exec", "--json",
+                           "--sandbox", "none", "--", str(agent)], cwd=repo, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    verdict = json.loads(proc.stdout)
+    findings = [f for g in verdict["gates"] for f in g.get("findings", []) if "lock file" in f["reason"]]
+    assert [f["severity"] for f in findings] == ["fail"], findings
+    assert proc.returncode == 1

@@ -130,7 +130,7 @@ def test_a_pathname_socket_of_the_persons_server_is_reachable_and_the_verdict_sa
     person's runtime dir) can be connected to from inside the sandbox. ccm-guard cannot
     refuse it; the verdict names the socket, so the person can stop that server."""
     runtime = tmp_path / "run-user"
-    runtime.mkdir()
+    runtime.mkdir(mode=0o700)  # a runtime dir is the user's own (XDG: 0700)
     path = runtime / "bus"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))

@@ -201,3 +201,39 @@ def test_unsupported_machine_is_reported_not_guessed(monkeypatch: pytest.MonkeyP
             sandbox.prepare([Path("/tmp")])
     finally:
         sandbox.abi.cache_clear()
+
+
+def test_reachable_sockets_come_from_the_sessions_variables_and_a_private_runtime_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the verdict's socket note lists: the sockets the session names first (a D-Bus
+    address with keys after the path, %-escaped), then a runtime dir's, but only when it is
+    the user's own 0700 directory (a CI that points XDG_RUNTIME_DIR at /tmp is not listed)."""
+    from ccm_guard.prevent.sandbox import reachable_sockets
+
+    def serve(path: Path) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        return s
+
+    bus_dir = tmp_path / "a b"
+    bus_dir.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    servers = [serve(bus_dir / "bus"), serve(shared / "other.sock"), serve(private / "tool.sock")]
+    try:
+        monkeypatch.delenv("TMUX", raising=False)
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+        monkeypatch.delenv("DOCKER_HOST", raising=False)
+        monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={tmp_path}/a%20b/bus,guid=0123;unix:abstract=/x")
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+        found = reachable_sockets()
+        assert str(bus_dir / "bus") in found and str(shared / "other.sock") not in found
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(private))
+        found = reachable_sockets()
+        assert found.index(str(bus_dir / "bus")) < found.index(str(private / "tool.sock"))
+    finally:
+        for s in servers:
+            s.close()

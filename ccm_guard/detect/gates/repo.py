@@ -214,29 +214,48 @@ def _locks_left(ctx: Context) -> list[Finding]:
     """Lock files that appeared in the shared git metadata during the run and that no live
     process holds (the agent's are all stopped by now): left behind, every git command of
     the person's that takes that lock fails ("Unable to create '...lock': File exists").
-    Other worktrees' own locks are theirs (a task's run, or the person, at work there).
-    While a git of the person's works in the repository (one that closed its lock to run
-    a hook or the editor), a lock may be its own: then a warning."""
-    from ccm_guard.agent.processes import git_at_work, held_open
+    Other tasks' admin dirs are theirs to judge. While a git of the person's that started
+    before the lock works in the repository (one that closed its lock to run a hook or the
+    editor), the lock may be its own: then a warning that names that git."""
+    from ccm_guard.agent.processes import gits_at_work, held_open
 
     if ctx.before.format < 2:
         return []  # an older baseline did not record the locks there were
     new = {str(ctx.pins.common_dir / key[len("common/"):]): key for key in set(ctx.after.locks) - set(ctx.before.locks)
-           if not key.startswith("common/worktrees/")}
+           if not ctx.ignored_worktree(key)}
     if not new:
         return []
     held = held_open(set(new))
-    left = sorted(display(key) for path, key in new.items() if path not in held and os.path.lexists(path))
-    if not left:
+    times = {path: st.st_ctime for path in new if path not in held and (st := _lstat(path)) is not None}
+    if not times:
         return []
-    roots = [ctx.pins.common_dir, *([ctx.main_repo.work_tree] if ctx.main_repo and ctx.main_repo.work_tree else [])]
-    if git_at_work(roots):
+    left = tuple(sorted(display(new[path]) for path in times))
+    gits = gits_at_work(_work_trees(ctx), started_by=max(times.values()))
+    if gits:
         return [Finding("git-metadata", f"{len(left)} lock file(s) appeared in the shared git metadata while a git "
-                        "of yours is at work there: its own, or left by the agent? (if they stay once your git "
-                        "is done, remove them)", tuple(left), WARN)]
+                        f"of yours was at work there ({'; '.join(p.describe() for p in gits[:3])}): its own, or "
+                        "left by the agent? (if they stay once that git is done, remove them)", left, WARN)]
     return [Finding("git-metadata", f"{len(left)} lock file(s) left in the shared git metadata that no git "
                     "process holds: your next git command that needs the lock fails (remove them once "
-                    "no git is running)", tuple(left))]
+                    "no git is running)", left)]
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _work_trees(ctx: Context) -> list[Path]:
+    """Where the person's git may run on this repository: the common dir, the main
+    checkout and the linked worktrees (each admin dir's `gitdir` names its `.git` file)."""
+    found = [ctx.pins.common_dir, *([ctx.main_repo.work_tree] if ctx.main_repo and ctx.main_repo.work_tree else [])]
+    for key, data in ctx.after.contents.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[1] == "worktrees" and parts[3] == "gitdir" and parts[2] != ctx.pins.admin_name:
+            found.append(Path(data.decode("utf-8", "surrogateescape").strip()).parent)
+    return found
 
 
 def _other_tasks_hooks(ctx: Context, rel: str) -> bool:
