@@ -44,11 +44,21 @@ def rng() -> random.Random:
 
 
 def _kill_after(delay: float, *args: str, cwd: Path) -> None:
+    """SIGKILL ccm-guard after `delay`, then wait for the git it was running to finish: a
+    killed parent does not stop its child (a `git worktree add` goes on, and its admin dir
+    holds a placeholder HEAD until it is done), and what is checked is the state left."""
     proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     time.sleep(delay)
     proc.kill()
     proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)  # any process of its group (its git) still there?
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
 
 
 def _reachable(repo: Path, name: str, text: str) -> bool:
