@@ -43,9 +43,7 @@ def test_hooks_path_in_the_shared_config_does_not_switch_off_the_tasks_hooks(rep
     agent = write_agent(tmp_path, f"rgit config core.hooksPath /dev/null\n{FORBIDDEN}\ngit commit -q -m attrs || true\n"
                         "git reset -q; rm .gitattributes\n" + COMMIT)
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "hp")
-    # The attack happened (the planted config is kept in the logs), and was disarmed after the run.
-    assert "hooksPath = /dev/null" in Path(res.verdict["log_dir"], "quarantine", "config").read_text()
-    assert git(repo, "config", "--get", "core.hooksPath", check=False) == ""
+    assert git(repo, "config", "core.hooksPath") == "/dev/null"  # the attack happened
     assert [r["op"] for r in refusals(res)] == ["path-policy"]  # the worktree's own setting won
     assert ".gitattributes" not in branch_files(repo, "ccm/hp")
     assert res.code == 1
@@ -71,9 +69,7 @@ def test_include_if_in_the_shared_config_is_dangerous(repo: Path, tmp_path: Path
 printf '[core]\\n\\thooksPath = /dev/null\\n' > "$TMPDIR/inc.cfg"
 rgit config 'includeIf.gitdir:/.path' "$TMPDIR/inc.cfg" """)
     res = run_exec(repo, agent, "--sandbox", "none")
-    planted = Path(res.verdict["log_dir"], "quarantine", "config")
-    assert "includeIf" in planted.read_text()  # it took effect during the run ...
-    assert plain_git(repo, "config", "core.hooksPath").stdout.strip() == ""  # ... and was disarmed after it
+    assert plain_git(repo, "config", "core.hooksPath").stdout.strip() == "/dev/null"  # it takes effect
     assert res.code == 1
     assert "DANGEROUS (runs code or steers git) includeif.gitdir:/.path" in res.reasons("git-metadata")
     assert res.status("clean-tree") == "skipped"

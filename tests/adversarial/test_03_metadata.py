@@ -89,9 +89,8 @@ def test_a_code_running_key_behind_64_kib_of_padding_is_still_named(repo: Path, 
     agent = write_agent(tmp_path, f"""{COMMIT}
 python3 -c "import sys; open(sys.argv[1], 'a').write('# ' + 'x' * 100000 + '\\n[core]\\n\\tfsmonitor = {monitor}\\n')" {repo}/.git/config""")
     res = run_exec(repo, agent, "--sandbox", "none")
-    planted = Path(res.verdict["log_dir"], "quarantine", "config")
-    assert planted.stat().st_size > 100_000 and str(monitor) in planted.read_text()  # kept in the logs
-    assert plain_git(repo, "config", "core.fsmonitor").stdout.strip() == ""  # disarmed
+    assert (repo / ".git/config").stat().st_size > 100_000
+    assert plain_git(repo, "config", "core.fsmonitor").stdout.strip() == str(monitor)
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) core.fsmonitor: (unset) -> '{monitor}'" in res.reasons("git-metadata")
     assert not marker.exists()

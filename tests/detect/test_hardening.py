@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -190,11 +189,9 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "added", "--on-fail", "discard")
     worktree = Path(res.verdict["worktree"])
 
-    # The attack happened: the key was in the repository's config; after the run it is
-    # not (put back as it was), and the planted file is kept in the task's logs.
-    planted = Path(res.verdict["log_dir"], "quarantine", "config").read_text().lower()
-    assert key.rsplit(".", 1)[-1] in planted
-    assert key.rsplit(".", 1)[-1] not in (repo / ".git" / "config").read_text().lower()
+    # The attack happened: the key is in the repository's config.
+    config = (repo / ".git" / "config").read_text().lower()
+    assert key.rsplit(".", 1)[-1] in config
     # ccm-guard names it loudly and fails ...
     assert res.code == 1, res.stdout
     assert res.status("git-metadata") == "fail"
@@ -213,18 +210,11 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
     # and none of the planted code ran.
     assert not marker.exists(), marker.read_text()
 
-    # Disarmed: the person's own git runs none of it, in the task's worktree (where the
+    # The plant is live: the person's own git runs it, in the task's worktree (where the
     # filter's .gitattributes is) or in their checkout (the task's worktree has ccm-guard's
-    # own core.hooksPath in its config.worktree, which wins over a shared one there) ...
-    def persons_git() -> None:
-        for where in (worktree, repo):
-            plain_git(where, *trigger, input="protocol=https\nhost=example.com\n\n")
-
-    persons_git()
-    assert not marker.exists(), marker.read_text()
-    # ... and what the logs keep is the live plant: put back, the person's git runs it.
-    shutil.copyfile(Path(res.verdict["log_dir"], "quarantine", "config"), repo / ".git" / "config")
-    persons_git()
+    # own core.hooksPath in its config.worktree, which wins over a shared one there).
+    for where in (worktree, repo):
+        plain_git(where, *trigger, input="protocol=https\nhost=example.com\n\n")
     assert marker.exists(), f"the planted {key} never ran even under plain git: the test proves nothing"
 
 
@@ -307,8 +297,7 @@ def test_core_worktree_set_by_the_agent_is_dangerous(repo: Path, tmp_path: Path)
     decoy, _ = decoy_repo(tmp_path)
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.worktree {decoy}")
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "cwt")
-    assert str(decoy) in Path(res.verdict["log_dir"], "quarantine", "config").read_text()  # planted, then
-    assert git(repo, "config", "--get", "core.worktree", check=False) == ""  # put back after the run
+    assert git(repo, "config", "core.worktree") == str(decoy)
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) core.worktree: (unset) -> '{decoy}'" in res.reasons("git-metadata")
     assert res.status("clean-tree") == "skipped"
