@@ -205,22 +205,6 @@ def plants(ctx: Context) -> list[str]:
 _THE_PERSONS = ("config", "config.worktree")
 
 
-def config_restores(ctx: Context) -> dict[str, str]:
-    """The repository's own config files (relative to the common dir) whose every change in
-    the run is a key that runs code or steers git: the agent's plant, nothing of the
-    person's. Each maps to its digest now; dispose puts the file back as it was before,
-    if it is still this file, and keeps the planted one in the logs."""
-    found = {}
-    for rel in _THE_PERSONS:
-        key = f"common/{rel}"
-        changes = ctx.config_changes.get(key, [])
-        entry = ctx.after.files.get(key)
-        if changes and entry is not None and entry.kind == "f" and all(
-                c.dangerous and not c.ccm_guard_setup for c in changes):
-            found[rel] = entry.digest
-    return found
-
-
 def planted_links(ctx: Context) -> list[str]:
     """Links and special files (FIFOs, sockets) the run put into the git metadata. Git
     writes through links (a reflog, the index): ccm-guard's next commit or archive there

@@ -88,9 +88,6 @@ class Verdict:
     notes: list[str] = dataclasses.field(default_factory=list)  # how this run differs (a copied directory, ...)
     # Plants (context.plants) relative to the common dir; dispose moves them into the logs.
     plants: list[str] = dataclasses.field(default_factory=list)
-    # The repository's config files to put back as they were (context.config_restores):
-    # relative path -> the planted file's digest, so that a file changed since is left alone.
-    restores: dict[str, str] = dataclasses.field(default_factory=dict)
     setup: StepResult | None = None  # the setup step, when the run had one
     check: StepResult | None = None  # --check after a passing run: it does not change the verdict
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from ccm_guard import git, worktree
 from ccm_guard.agent.options import ExecOptions
-from ccm_guard.detect.snapshot import Snapshot
 from ccm_guard.detect.verdict import Verdict
 from ccm_guard.errors import GitError, GuardError
 from ccm_guard.files import read_regular
@@ -19,13 +18,9 @@ from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
 
 
-def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry, *,
-            before: Snapshot) -> None:
-    """Keep, or archive and remove; record the outcome. Nothing is removed unarchived.
-    `before`: the snapshot taken before the agent ran (in memory: the agent could have
-    rewritten the baseline file)."""
+def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
+    """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
     quarantine(verdict, pins.common_dir, Path(task.log_dir))
-    restore_configs(verdict, pins.common_dir, Path(task.log_dir), before)
     if verdict.blocked:
         registry.move(task.id, "BLOCKED")
         verdict.disposition = "kept: the agent is blocked on a question"
@@ -76,33 +71,6 @@ def quarantine(verdict: Verdict, common: Path, log_dir: Path) -> None:
                                   "before removing it by hand")
             continue
         verdict.notes.append(f"moved {rel} (left by the agent) out of the git metadata into {target}")
-
-
-def restore_configs(verdict: Verdict, common: Path, log_dir: Path, before: Snapshot) -> None:
-    """Put the repository's config back as it was before the run where the run's only
-    changes to it were keys that run code (verdict.restores): the person's next git
-    command, in their checkout too, runs nothing of the agent's. The planted file is kept
-    in the logs; a file that changed again since it was judged is left alone."""
-    import hashlib
-
-    if not verdict.restores:
-        return
-    for rel, digest in verdict.restores.items():
-        path, kept = common / rel, log_dir / "quarantine" / rel
-        earlier = before.contents.get(f"common/{rel}")
-        now = read_regular(path, 1 << 24)
-        if now is None or hashlib.sha256(now).hexdigest() != digest or earlier is None:
-            verdict.notes.append(f"{rel} was not put back as it was (it changed again, or its earlier content "
-                                 "is not on record): remove what git-metadata names from it by hand")
-            continue
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_bytes(now)
-        tmp = path.with_name(f".{path.name}.ccm-guard-restore")
-        tmp.write_bytes(earlier)
-        os.chmod(tmp, os.lstat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-        verdict.notes.append(f"put {rel} back as it was before the run (the agent's keys ran code); the agent's "
-                             f"version is in {kept}")
 
 
 def _move_across(source: Path, target: Path) -> None:

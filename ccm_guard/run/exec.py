@@ -206,7 +206,7 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     if opts.snapshot_every is None:
         opts = dataclasses.replace(opts, snapshot_every=role.snapshot_every)
     try:
-        dispose(verdict, opts, task, pins, host, registry, before=before)
+        dispose(verdict, opts, task, pins, host, registry)
     except StateError as exc:  # the verdict still reaches the person (a full disk, seen for real)
         verdict.errors.append(exc.message)
     return verdict

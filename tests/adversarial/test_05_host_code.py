@@ -36,24 +36,10 @@ def test_code_running_key_in_the_shared_config_is_named(repo: Path, tmp_path: Pa
     value = KEYS[key]
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit config {key} \"{value}\"")
     res = run_exec(repo, agent, "--sandbox", "none")
+    assert plain_git(repo, "config", "--get", key).stdout.strip() == value  # live for the person's git
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) {key}: (unset) -> {value!r}" in res.reasons("git-metadata")
     assert any("git was not run" in e for e in res.verdict["errors"])
-    # Disarmed: the config is put back as it was before the agent ran, the planted one kept in the logs.
-    assert value not in (repo / ".git/config").read_text()
-    assert plain_git(repo, "config", "--get", key).stdout.strip() == ""
-    assert value in Path(res.verdict["log_dir"], "quarantine", "config").read_text()
-    assert any(n.startswith("put config back as it was before the run") for n in res.verdict["notes"])
-
-
-def test_a_plant_mixed_with_other_config_changes_is_named_not_undone(repo: Path, tmp_path: Path) -> None:
-    """A change that runs no code may be the person's own, made during the run: the file is
-    not put back, and the verdict says to remove the plant by hand."""
-    agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.pager 'sh -c evil'\nrgit config color.ui always")
-    res = run_exec(repo, agent, "--sandbox", "none")
-    assert res.code == 1 and "core.pager" in res.reasons("git-metadata")
-    assert plain_git(repo, "config", "--get", "core.pager").stdout.strip() == "sh -c evil"
-    assert not any(n.startswith("put config back") for n in res.verdict["notes"])
 
 
 def test_hook_planted_in_the_shared_hooks_dir_as_a_symlink(repo: Path, tmp_path: Path) -> None:
