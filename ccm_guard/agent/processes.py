@@ -129,17 +129,23 @@ def held_open(paths: set[str]) -> set[str]:
     return held
 
 
+def _ancestry(procs: dict[int, Proc]) -> set[int]:
+    """This process and those it runs under, up to init."""
+    mine: set[int] = set()
+    pid = os.getpid()
+    while pid in procs and pid not in mine:
+        mine.add(pid)
+        pid = procs[pid].ppid
+    return mine
+
+
 def gits_at_work(roots: list[Path], started_by: float) -> list[Proc]:
     """Live git processes that work in one of `roots` (their cwd there) and started by
     `started_by` (seconds since the epoch): a git that closed its lock file while a hook
     or the editor runs (`git commit -a` does) still owns it. ccm-guard itself and the
     processes it runs under (a `git` alias or `git rebase -x` that started it) do not count."""
     procs = _all()
-    mine = set()
-    pid = os.getpid()
-    while pid in procs and pid not in mine:
-        mine.add(pid)
-        pid = procs[pid].ppid
+    mine = _ancestry(procs)
     boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
     ticks = os.sysconf("SC_CLK_TCK")
     found = []
@@ -191,11 +197,7 @@ def using(worktree: Path, marker: str | None) -> list[Proc]:
     an open file in the worktree. ccm-guard itself and the processes it runs under (the
     person's shell, `cd`-ed into the worktree) do not count."""
     procs = _all()
-    mine = set()
-    pid = os.getpid()
-    while pid in procs and pid not in mine:
-        mine.add(pid)
-        pid = procs[pid].ppid
+    mine = _ancestry(procs)
     wanted = marker.encode() if marker else None
     root = os.path.realpath(worktree)
     return [proc for pid, proc in sorted(procs.items())
