@@ -92,41 +92,29 @@ def _cwd_inside(pid: int, root: str) -> bool:
     return cwd == root or cwd.startswith(root + "/")
 
 
-def _fd_inside(pid: int, root: str) -> bool:
+def _open_files(pid: int) -> Iterator[str]:
+    """What process `pid` holds open, as paths (none where it cannot be looked into)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return False
+        return
     for fd in fds:
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            yield os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if target == root or target.startswith(root + "/"):
-            return True
-    return False
+
+
+def _fd_inside(pid: int, root: str) -> bool:
+    return any(target == root or target.startswith(root + "/") for target in _open_files(pid))
 
 
 def held_open(paths: set[str]) -> set[str]:
     """Which of `paths` some live process holds open (a git writing its lock file does, from
     taking the lock to committing it). Processes of other users cannot be looked into:
     what only they hold counts as not held."""
-    held: set[str] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fds = os.listdir(f"/proc/{name}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{name}/fd/{fd}")
-            except OSError:
-                continue
-            if target in paths:
-                held.add(target)
-    return held
+    return {target for name in os.listdir("/proc") if name.isdigit()
+            for target in _open_files(int(name)) if target in paths}
 
 
 def _ancestry(procs: dict[int, Proc]) -> set[int]:
@@ -146,11 +134,11 @@ def gits_at_work(roots: list[Path], started_by: float) -> list[Proc]:
     processes it runs under (a `git` alias or `git rebase -x` that started it) do not count."""
     procs = _all()
     mine = _ancestry(procs)
-    boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])
     ticks = os.sysconf("SC_CLK_TCK")
+    latest = now_ticks() - int((time.time() - started_by - 1) * ticks)  # started_by (+1 s), in /proc's unit
     found = []
     for pid, proc in sorted(procs.items()):
-        if pid in mine or proc.state == "Z" or boot + proc.started / ticks > started_by + 1:
+        if pid in mine or proc.state == "Z" or proc.started > latest:
             continue
         try:
             if Path(f"/proc/{pid}/comm").read_bytes() != b"git\n":

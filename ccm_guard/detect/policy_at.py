@@ -51,5 +51,4 @@ def check_staged(repo_root: Path, role: str | None, policy_rev: str = "HEAD") ->
 
     repo, pol = for_checkout(repo_root, policy_rev, None)
     checked = pol.role(role)
-    found = staged.violations(Rules(checked.allow, checked.forbid), str(repo.work_tree or repo_root))
-    return [v.line() for v in found if v.severity == "fail"]
+    return staged.refusals(Rules(checked.allow, checked.forbid), str(repo.work_tree or repo_root))

@@ -50,3 +50,9 @@ def violations(rules: Rules, top: str) -> list[Violation]:
         return None if data is None else data.decode("utf-8", "surrogateescape")
 
     return check(changes, rules, target, lambda: [p for p in names(["ls-files", "-z", "--cached"]) if p])
+
+
+def refusals(rules: Rules, top: str) -> list[str]:
+    """What a guard hook refuses the commit for: the failing violations, one line each
+    (a warning, such as a file made executable, does not stop a commit)."""
+    return [v.line() for v in violations(rules, top) if v.severity == "fail"]

@@ -112,8 +112,7 @@ def pre_commit(settings: Settings, name: str, args: list[str], stdin: BinaryIO) 
             from ccm_guard.detect import staged
             from ccm_guard.pathrules.rules import Rules
 
-            violations = [v.line() for v in staged.violations(Rules.from_data(json.loads(ready)), os.getcwd())
-                          if v.severity == "fail"]
+            violations = staged.refusals(Rules.from_data(json.loads(ready)), os.getcwd())
         else:
             from pathlib import Path
 

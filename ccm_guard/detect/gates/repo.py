@@ -133,8 +133,9 @@ def git_metadata(ctx: Context) -> list[Finding]:
             found = _other_task_change(ctx, change)
             findings.extend([found] if found else [])
             continue
-        if change.key.startswith(guard_hooks) and _other_tasks_hooks(ctx, change.key[len(guard_hooks):]):
-            found = _other_hooks_change(ctx, change, change.key[len(guard_hooks):])
+        rel = change.key[len(guard_hooks):] if change.key.startswith(guard_hooks) else None
+        if rel is not None and _other_tasks_hooks(ctx, rel):
+            found = _other_hooks_change(ctx, change, rel)
             findings.extend([found] if found else [])
             continue
         where = display(change.key)
