@@ -205,6 +205,25 @@ def plants(ctx: Context) -> list[str]:
 _THE_PERSONS = ("config", "config.worktree")
 
 
+def config_plants(ctx: Context) -> list[dict[str, object]]:
+    """Keys that run code which appeared during the run in the repository's own config
+    (`config`, and the main worktree's `config.worktree`), as {file, key, values}. The
+    file itself stays (it holds the person's remotes and settings); dispose unsets just
+    these keys and keeps them in the task's logs, so the person's next `git status` runs
+    none of them. Only when the agent could have written them (no sandbox: with it, the
+    file is out of the agent's reach, so a new key is somebody else's), only keys that were
+    unset before the run (a value of the person's is never touched), and only while no
+    other task was at work on the repository (its agent may have planted them, and its own
+    gates must still see them)."""
+    if not ctx.registry_reachable or ctx.tasks_at_work - {ctx.pins.admin_name}:
+        return []
+    return [{"file": name, "key": change.key, "values": list(change.after)}
+            for name in _THE_PERSONS
+            for change in ctx.config_changes.get(f"common/{name}", [])
+            if change.dangerous and not change.ccm_guard_setup and not change.before and change.after
+            and not change.key.startswith("(")]  # "(unparseable config)": nothing to unset
+
+
 def planted_links(ctx: Context) -> list[str]:
     """Links and special files (FIFOs, sockets) the run put into the git metadata. Git
     writes through links (a reflog, the index): ccm-guard's next commit or archive there

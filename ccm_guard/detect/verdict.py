@@ -88,6 +88,9 @@ class Verdict:
     notes: list[str] = dataclasses.field(default_factory=list)  # how this run differs (a copied directory, ...)
     # Plants (context.plants) relative to the common dir; dispose moves them into the logs.
     plants: list[str] = dataclasses.field(default_factory=list)
+    # Keys that run code, new in the repository's own config (context.config_plants);
+    # dispose unsets them and keeps them in the logs.
+    config_plants: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     setup: StepResult | None = None  # the setup step, when the run had one
     check: StepResult | None = None  # --check after a passing run: it does not change the verdict
 

@@ -197,6 +197,14 @@ def _parse(data: bytes) -> list[tuple[str, str]]:
         os.unlink(name)
 
 
+def values_of(data: bytes, key: str) -> tuple[str, ...] | None:
+    """Every value of `key` in config bytes, in order; None when git cannot parse them."""
+    try:
+        return _by_key(entries(data)).get(_normal_key(key), ())
+    except GitError:
+        return None
+
+
 def _by_key(pairs: list[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
     grouped: dict[str, list[str]] = {}
     for key, value in pairs:

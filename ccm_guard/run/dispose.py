@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import shlex
 from pathlib import Path
 
 from ccm_guard import git, worktree
@@ -71,6 +72,46 @@ def quarantine(verdict: Verdict, common: Path, log_dir: Path) -> None:
                                   "before removing it by hand")
             continue
         verdict.notes.append(f"moved {rel} (left by the agent) out of the git metadata into {target}")
+    for plant in verdict.config_plants:
+        _unset_planted_key(verdict, common / plant["file"], plant["key"], tuple(plant["values"]), aside)
+
+
+def _unset_planted_key(verdict: Verdict, path: Path, key: str, values: tuple[str, ...], aside: Path) -> None:
+    """Unset one key that runs code, new in the repository's config during the run, after
+    writing down how to put it back. Only while the file still says what the run left (the
+    person may have changed it since) and is a plain file (git's lock follows a link)."""
+    from ccm_guard.detect.snapshot import CONFIG_LIMIT
+    from ccm_guard.git import config as configfile
+
+    data = read_regular(path, CONFIG_LIMIT)
+    if data is None or configfile.values_of(data, key) != values:
+        verdict.notes.append(f"{key} in {path} runs code and was set during the run; it was left as it is "
+                             f"(the file changed since): remove it yourself (git config --file {path} "
+                             f"--unset-all {key}) unless you set it")
+        return
+    restore = "".join(f"git config --file {shlex.quote(str(path))} --add {shlex.quote(key)} {shlex.quote(v)}\n"
+                      for v in values)
+    try:
+        _append_new(aside / "config-keys.sh", f"# Set in {path} during the run and unset by ccm-guard; "
+                    f"to put back what you set yourself:\n{restore}")
+        configfile.config_file_set(path, key, None)
+    except (OSError, GitError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else exc.message
+        verdict.errors.append(f"could not unset {key} in {path} ({reason}): remove it before you run git there "
+                              f"(git config --file {path} --unset-all {key})")
+        return
+    verdict.notes.append(f"unset {key} in {path} (set during the run; it runs code): how to put it back is in "
+                         f"{aside / 'config-keys.sh'}")
+
+
+def _append_new(path: Path, text: str) -> None:
+    """Append to a file of the task's logs, following no link the agent may have made there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent.is_symlink():
+        raise OSError(errno.ELOOP, f"{path.parent} is a link")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "a") as fh:
+        fh.write(text)
 
 
 def _move_across(source: Path, target: Path) -> None:

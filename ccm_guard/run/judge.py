@@ -8,7 +8,7 @@ from typing import Mapping
 
 from ccm_guard import git, worktree
 from ccm_guard.detect import gates, signatures
-from ccm_guard.detect.context import Context, plants, untrusted_reason
+from ccm_guard.detect.context import Context, config_plants, plants, untrusted_reason
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.snapshot import Snapshot, main_files, take
 from ccm_guard.detect.verdict import Checks, Recovered, Verdict
@@ -126,6 +126,7 @@ def judge(
         task=task.id, branch=task.branch, base=task.base, head=head, repo=task.main_worktree,
         worktree=task.worktree, log_dir=task.log_dir, agent=None, commits=commits, files=files,
         gates=results, disposition="kept", errors=errors, git_trusted=reason is None, plants=plants(ctx),
+        config_plants=config_plants(ctx),
     )
 
 

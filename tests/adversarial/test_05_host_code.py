@@ -8,11 +8,13 @@ the project files that run code.
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from adv import COMMIT, all_paths, plain_git, with_policy
-from conftest import git, marker_script, run_exec, write_agent
+from conftest import git, marker_script, run_exec, spawn_exec, write_agent
 
 # key -> (value; a reading of it by plain git shows it is live)
 KEYS = {
@@ -36,10 +38,13 @@ def test_code_running_key_in_the_shared_config_is_named(repo: Path, tmp_path: Pa
     value = KEYS[key]
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit config {key} \"{value}\"")
     res = run_exec(repo, agent, "--sandbox", "none")
-    assert plain_git(repo, "config", "--get", key).stdout.strip() == value  # live for the person's git
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) {key}: (unset) -> {value!r}" in res.reasons("git-metadata")
     assert any("git was not run" in e for e in res.verdict["errors"])
+    # Disarmed: unset in the person's config, and how to put it back kept in the task's logs.
+    assert plain_git(repo, "config", "--get", key).returncode == 1
+    restore = Path(res.verdict["log_dir"], "quarantine", "config-keys.sh").read_text()
+    assert f"--add {key} " in restore and any(key in n and "config-keys.sh" in n for n in res.verdict["notes"])
 
 
 def test_hook_planted_in_the_shared_hooks_dir_as_a_symlink(repo: Path, tmp_path: Path) -> None:
@@ -132,6 +137,57 @@ rgit config --worktree core.fsmonitor {plant}""")
     assert any("config.worktree" in n and "quarantine" in n for n in res.verdict["notes"])
     plain_git(Path(res.verdict["worktree"]), "status")  # the person inspects the kept worktree
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("where", ["config", "config.worktree"])
+def test_a_plant_in_the_persons_own_config_is_unset_and_nothing_of_theirs_is_touched(
+        repo: Path, tmp_path: Path, where: str) -> None:
+    """Without the sandbox the agent can write the repository's config (and the main
+    worktree's config.worktree): the person's next `git status`, there or in the kept
+    worktree, would run its fsmonitor. The new key is unset; the person's own settings,
+    even code-running ones, stay."""
+    marker = tmp_path / "ran"
+    plant = marker_script(tmp_path / "bin", marker, "fsmonitor")
+    git(repo, "config", "core.editor", "vi")  # the person's own code-running key, set before
+    git(repo, "config", "extensions.worktreeConfig", "true")
+    agent = write_agent(tmp_path, f"""{COMMIT}
+printf '[core]\\n\\tfsmonitor = {plant}\\n[alias]\\n\\tst = !{plant}\\n[core]\\n\\teditor = {plant}\\n' >> {repo}/.git/{where}""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "plant")
+    assert res.code == 1 and "core.fsmonitor" in res.reasons("git-metadata")
+    for person in (repo, Path(res.verdict["worktree"])):
+        plain_git(person, "status")
+        plain_git(person, "st")
+    assert not marker.exists()
+    assert plain_git(repo, "config", "--get", "core.fsmonitor").returncode == 1
+    # core.editor was the person's before the run: the agent's extra value is named, not disarmed.
+    assert "vi" in plain_git(repo, "config", "--get-all", "core.editor").stdout
+    assert "core.editor" in res.reasons("git-metadata")
+    restore = Path(res.verdict["log_dir"], "quarantine", "config-keys.sh")
+    assert f"--add core.fsmonitor {plant}" in restore.read_text()
+    # The file says how to put a key back, and that works.
+    subprocess.run(["sh", str(restore)], check=True)
+    assert plain_git(repo, "config", "--get", "core.fsmonitor").stdout.strip() == str(plant)
+
+
+def test_a_config_plant_is_left_named_while_another_task_is_at_work(repo: Path, tmp_path: Path) -> None:
+    """Another run at work on the repository may be the one whose agent planted the key: its
+    own gates must see it, so it is not unset here (the verdict names it all the same)."""
+    gate = tmp_path / "go"
+    other = write_agent(tmp_path, f"while [ ! -e {gate} ]; do sleep 0.05; done\n{COMMIT}", name="other.sh")
+    proc = spawn_exec(repo, "--json", "--sandbox", "none", "--task", "other", "--", str(other))
+    try:
+        deadline = time.monotonic() + 60
+        while not (repo / ".git" / "worktrees" / "other").is_dir():
+            assert time.monotonic() < deadline and proc.poll() is None, "the other task did not start"
+            time.sleep(0.05)
+        agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.fsmonitor /tmp/evil")
+        res = run_exec(repo, agent, "--sandbox", "none", "--task", "plant")
+    finally:
+        gate.touch()
+        proc.communicate(timeout=60)
+    assert res.code == 1 and "core.fsmonitor" in res.reasons("git-metadata")
+    assert plain_git(repo, "config", "--get", "core.fsmonitor").stdout.strip() == "/tmp/evil"
+    assert not res.verdict["config_plants"]
 
 
 def test_a_hook_added_to_the_repository_is_moved_aside(repo: Path, tmp_path: Path) -> None:
