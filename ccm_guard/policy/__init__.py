@@ -56,11 +56,19 @@ class Role:
     # A change to files CI or git hooks run by themselves (.github/workflows/, .husky/,
     # .pre-commit-config.yaml, ...): "fail" (default) or "warn" (a role whose work is CI).
     ci_files: str = "fail"
+    # A change to files that direnv, editors or the next agent obey by themselves (.envrc,
+    # .vscode/, .claude/, AGENTS.md, ...): "fail" or "warn"; None: fail for a role with an
+    # `allow` list (its allow must not admit them), warn for the others.
+    run_files: str | None = None
     # Commands run in the fresh worktree before the agent, in its sandbox (run/setup.py),
     # and how long they may take together, in seconds.
     setup: tuple[str, ...] = ()
     setup_timeout: int = 600
     sources: tuple[tuple[str, str], ...] = ()  # (key, where its value came from)
+
+    @property
+    def run_files_severity(self) -> str:
+        return self.run_files or ("fail" if self.allow is not None else "warn")
 
     def source_of(self, key: str) -> str:
         return dict(self.sources).get(key, "built-in")
@@ -77,6 +85,7 @@ DEFAULT_ROLE = "implementor"
 _ROLE_KEYS: dict[str, type] = {
     "extends": str, "allow": list, "forbid": list, "must_commit": bool, "read_only": bool,
     "git_allow": list, "limits": dict, "output": str, "snapshot_every": int, "ci_files": str,
+    "run_files": str,
     "setup": list, "setup_timeout": int,
 }
 _TOP_KEYS = ("default_role", "roles", "setup", "setup_timeout")  # setup*: for roles that set none
@@ -200,7 +209,7 @@ def _check_role(source: Source, name: str, spec: dict[str, Any]) -> None:
                 _check_pattern(source, where, key, pattern)
         if key in ("setup", "setup_timeout"):
             _check_setup(source, where, spec)
-        if key == "ci_files" and value not in ("fail", "warn"):
+        if key in ("ci_files", "run_files") and value not in ("fail", "warn"):
             _bad(source, where, key, 'must be "fail" or "warn"')
         if key == "snapshot_every" and (isinstance(value, bool) or value < 0):
             _bad(source, where, key, "must be a whole number, 0 or more (0: no automatic snapshots)")
@@ -271,6 +280,7 @@ def _make_role(name: str, raw: dict[str, dict[str, Any]], origin: dict[str, dict
         output=spec.get("output"),
         snapshot_every=int(spec.get("snapshot_every", 10)),
         ci_files=str(spec.get("ci_files", "fail")),
+        run_files=spec.get("run_files"),
         setup=tuple(spec.get("setup", ())),
         setup_timeout=int(spec.get("setup_timeout", 600)),
         sources=tuple(sorted(origin.get(name, {}).items())),
@@ -340,7 +350,7 @@ def describe(role: Role) -> dict[str, object]:
         "allow": list(role.allow) if role.allow is not None else "(everything not forbidden)",
         "forbid": list(role.forbid), "must_commit": role.must_commit, "read_only": role.read_only,
         "git_allow": list(role.git_allow), "output": role.output, "snapshot_every": role.snapshot_every,
-        "ci_files": role.ci_files, "setup": list(role.setup), "setup_timeout": role.setup_timeout,
+        "ci_files": role.ci_files, "run_files": role.run_files_severity, "setup": list(role.setup), "setup_timeout": role.setup_timeout,
     }
     for f in dataclasses.fields(Limits):
         values[f"limits.{f.name}"] = getattr(role.limits, f.name)

@@ -78,7 +78,7 @@ def test_fuzzed_invocations(fuzz_repo: Path, command: list[str], rest: list[str]
 TOML_VALUES = st.recursive(
     st.one_of(st.booleans(), st.integers(-2, 10**12), st.text(max_size=20), st.sampled_from(["[z-a]", "**/", "!x", "\\\\"])),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(
-        ["allow", "forbid", "extends", "limits", "max_files", "setup", "setup_timeout", "ci_files", "git_allow",
+        ["allow", "forbid", "extends", "limits", "max_files", "setup", "setup_timeout", "ci_files", "run_files", "git_allow",
          "read_only", "must_commit", "snapshot_every", "x"]), inner, max_size=4),
     max_leaves=12)
 
@@ -95,7 +95,7 @@ def _toml(value: object) -> str:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(top=st.dictionaries(st.sampled_from(["default_role", "setup", "setup_timeout", "roles", "x"]), TOML_VALUES,
                            max_size=3),
-       role=st.dictionaries(st.sampled_from(["allow", "forbid", "extends", "limits", "setup", "ci_files", "git_allow",
+       role=st.dictionaries(st.sampled_from(["allow", "forbid", "extends", "limits", "setup", "ci_files", "run_files", "git_allow",
                                              "snapshot_every", "y"]), TOML_VALUES, max_size=4),
        raw=st.binary(max_size=40))
 def test_fuzzed_policy_files(fuzz_repo: Path, tmp_path_factory: pytest.TempPathFactory, top: dict[str, object],

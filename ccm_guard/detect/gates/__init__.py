@@ -28,7 +28,7 @@ from ccm_guard.pathrules.check import PathChange
 
 if TYPE_CHECKING:
     from ccm_guard.detect.paths import Figures
-    from ccm_guard.policy import Limits
+    from ccm_guard.policy import Limits, Role
 
 
 def clean_tree(ctx: Context) -> list[Finding]:
@@ -133,7 +133,7 @@ def path_policy(ctx: Context) -> list[Finding]:
     return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
             for v in check(changes, rules, target, final_paths)] \
         + policy_table_edits(ctx.repo, ctx.base, ctx.head, changes, worktree=ctx.pins.worktree) \
-        + host_code(changes, ctx.role.ci_files)
+        + host_code(changes, ctx.role)
 
 
 def policy_table_edits(repo: git.Repo, base: str, head: str | None, changes: list[PathChange], *,
@@ -182,49 +182,59 @@ def limit_findings(lim: Limits, fig: Figures) -> list[Finding]:
 
 
 # Project files that tools run by themselves, or that the person is likely to run, once
-# the work is merged: CI, hook managers, direnv, editors' tasks, test and build runners.
-# A role may allow them (an implementor may fix CI); the reviewer is told all the same.
-# Files that run by themselves, by where a tool looks for them. CI and git-hook managers
-# run them on other machines or on the person's next commit: a change fails unless the
-# role says `ci_files = "warn"`. The rest (build and test runners, editors, direnv, and
-# the next agent's instructions and settings) are warned, whatever the role allows.
+# the work is merged, by where a tool looks for them. Whatever the role's `allow` admits:
+# - CI and git-hook managers run them on other machines or on the person's next commit: a
+#   change fails unless the role says `ci_files = "warn"`;
+# - direnv, editors' run configs and the next agent's instructions and settings are obeyed
+#   as soon as the person opens the directory: a change fails for a role with an `allow`
+#   list (a docs-writer's "*.md" must not admit AGENTS.md) and is a warning for the others,
+#   unless the role says `run_files`;
+# - test and build runners are run on purpose (like the tests themselves): a warning.
 _CI_BY_NAME = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "lefthook.yml", ".lefthook.yml",
                          "Jenkinsfile", ".gitlab-ci.yml", ".travis.yml", "azure-pipelines.yml"})
 _CI_BY_DIR = (".github/workflows/", ".github/actions/", ".circleci/", ".husky/", ".githooks/", ".buildkite/")
+_OBEYED_BY_NAME = frozenset({".envrc", ".mcp.json", "AGENTS.md", "AGENTS.override.md", "CLAUDE.md", "CLAUDE.local.md",
+                             "GEMINI.md", ".cursorrules", ".windsurfrules"})
+_OBEYED_BY_DIR = (".vscode/", ".idea/", ".devcontainer/", ".claude/", ".codex/", ".gemini/", ".cursor/")
 _RUN_BY_NAME = frozenset({
-    ".envrc", "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
+    "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
     "pytest.ini", "Makefile", "makefile", "GNUmakefile", "build.rs", "package.json", ".npmrc",
     ".yarnrc", ".yarnrc.yml", "Rakefile", "justfile", "Taskfile.yml",
-    ".mcp.json", "AGENTS.md", "CLAUDE.md", "GEMINI.md", ".cursorrules",  # what the next agent obeys
 })
-_RUN_BY_DIR = (".vscode/", ".idea/", ".cargo/", ".devcontainer/", ".ci/", ".claude/", ".codex/", ".gemini/",
-               ".cursor/")
+_RUN_BY_DIR = (".cargo/", ".ci/")
 
 
 def _named(paths: list[str], names: frozenset[str], dirs: tuple[str, ...]) -> list[str]:
     return [p for p in paths if p.rsplit("/", 1)[-1] in names or any(p.startswith(d) or f"/{d}" in p for d in dirs)]
 
 
-def host_code(changes: list[PathChange], ci_files: str = "fail") -> list[Finding]:
-    """Part of path-policy: executable project content (CI and hook files failed unless the
-    role's `ci_files` is "warn", the rest warned, whatever the role allows), and git
-    repositories smuggled in as plain files (failed: git run inside one obeys its config)."""
+def host_code(changes: list[PathChange], role: Role) -> list[Finding]:
+    """Part of path-policy: executable project content (see above: CI and hook files, what
+    direnv, editors and agents obey, test and build runners), and git repositories smuggled
+    in as plain files (failed: git run inside one obeys its config)."""
     paths = sorted({c.path for c in changes if c.status != "D"})
     ci = _named(paths, _CI_BY_NAME, _CI_BY_DIR)
+    obeyed = [p for p in _named(paths, _OBEYED_BY_NAME, _OBEYED_BY_DIR) if p not in ci]
     runs = [p for p in _named(paths, _RUN_BY_NAME, _RUN_BY_DIR) + [p for p in paths if p.endswith(".pth")]
-            if p not in ci]
+            if p not in ci and p not in obeyed]
     findings = []
     if ci:
         findings.append(Finding("path-policy", f"{len(ci)} file(s) that CI or git hooks run by themselves changed"
-                                + ("" if ci_files == "warn" else " (a role may allow it: ci_files = \"warn\")"),
-                                tuple(ci), WARN if ci_files == "warn" else FAIL))
+                                + ("" if role.ci_files == "warn" else " (a role may allow it: ci_files = \"warn\")"),
+                                tuple(ci), WARN if role.ci_files == "warn" else FAIL))
+    if obeyed:
+        severity = role.run_files_severity
+        findings.append(Finding("path-policy", f"{len(obeyed)} file(s) that direnv, editors or the next agent obey "
+                                "by themselves changed" + ("" if severity == WARN else
+                                                           " (a role may allow it: run_files = \"warn\")"),
+                                tuple(obeyed), severity))
     repos = _embedded_repositories(paths)
     if repos:
         findings.append(Finding("path-policy", f"{len(repos)} git repositor{'y' if len(repos) == 1 else 'ies'} "
                                 "added as plain files: git run inside one runs its config's programs", tuple(repos)))
     if runs:
-        findings.append(Finding("path-policy", f"{len(runs)} file(s) that tools run by themselves (CI, hooks, direnv, "
-                                "test or build runners) changed: review them before running anything", tuple(runs), WARN))
+        findings.append(Finding("path-policy", f"{len(runs)} file(s) that test or build runners run changed: review "
+                                "them before running anything", tuple(runs), WARN))
     return findings
 
 
