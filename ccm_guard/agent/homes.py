@@ -10,17 +10,26 @@ before and after the run, and detect.agent_home judges what changed.
 
 The person's trust of the repository is carried over to the task's worktree path, where
 the agent keeps such a list, so the "trust this folder?" question is not asked per task.
+
+A fresh home makes some CLIs slower to start: Codex creates and migrates six SQLite
+databases on its first start (about 70 ms). Those first-start files are kept once per
+installed version of the CLI as a template (made by ccm-guard running the CLI without a
+model in a scratch home, never taken from an agent's run or from the person's own
+databases, which hold their sessions), and copied into each new private home.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
 import stat
+import subprocess
+import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ccm_guard.files import read_regular
 
@@ -36,6 +45,8 @@ class Home:
     seeded_from: Path | None  # the person's home it was copied from (None: fresh)
     watched: tuple[str, ...]  # paths (relative to `path`) whose changes are judged
     unwatched: tuple[str, ...] = ()  # prefixes below them that the CLI rewrites itself
+    # The first-start template to build for later tasks (build_template), when there is none yet.
+    template_wanted: Path | None = None
 
     def read_watched(self) -> dict[str, bytes]:
         """The watched files as they are now (directories walked, links not followed)."""
@@ -78,6 +89,10 @@ class _Spec:
     watched: tuple[str, ...]
     trust: Callable[[Path, Path, Path], None] | None  # (home state dir, main worktree, task worktree)
     unwatched: tuple[str, ...] = ()
+    # What the CLI creates on its first start that a template may seed (file patterns), and
+    # the arguments that make it create them without a model and exit.
+    first_start: tuple[str, ...] = ()
+    probe: tuple[str, ...] = ()
 
 
 def _claude_trust(state: Path, main: Path, worktree: Path) -> None:
@@ -149,7 +164,11 @@ _SPECS = {
                  "rules", "skills", "hooks.json", ".env"),
         # Codex unpacks its built-in skills there on every start.
         unwatched=("skills/.system/",),
-        trust=_codex_trust),
+        trust=_codex_trust,
+        # Its databases (state, logs, memories, goals, queue), made and migrated on first
+        # start; `codex archive` of a session that does not exist makes them, then fails.
+        first_start=("*_[0-9].sqlite", "*_[0-9].sqlite-wal", "*_[0-9][0-9].sqlite", "*_[0-9][0-9].sqlite-wal"),
+        probe=("archive", "ccm-guard-template-probe")),
     "gemini": _Spec(
         variable="GEMINI_CLI_HOME", default=".gemini", subdir=".gemini",
         seed=("settings.json", "oauth_creds.json", "google_accounts.json", "installation_id", "trustedFolders.json", ".env",
@@ -171,9 +190,11 @@ def person_home_dir(profile: str, environ: Mapping[str, str]) -> Path | None:
     return home / spec.default
 
 
-def prepare(profile: str, private: Path, *, main: Path, worktree: Path,
-            environ: Mapping[str, str]) -> Home | None:
-    """Make (or, for a resumed task, reuse) the agent's private home under `private`."""
+def prepare(profile: str, private: Path, *, main: Path, worktree: Path, environ: Mapping[str, str],
+            launcher: Sequence[str] = (), templates: Path | None = None) -> Home | None:
+    """Make (or, for a resumed task, reuse) the agent's private home under `private`;
+    seeded from the first-start template under `templates` for the CLI that `launcher`
+    (the agent's program, or its interpreter and script) runs, when there is one."""
     spec = _SPECS.get(profile)
     source = person_home_dir(profile, environ)
     if spec is None or source is None:
@@ -194,8 +215,69 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path,
             _copy(outside / ".claude.json", state / ".claude.json")
         if spec.trust is not None:
             spec.trust(state, main, worktree)
+    wanted = None
+    template = _template_dir(profile, launcher, templates) if fresh and spec.probe and templates else None
+    if template is not None:
+        if template.is_dir():
+            for name in _expand(template, spec.first_start):
+                if not (state / name).exists():  # the person's copy, if seeded, wins
+                    _copy(template / name, state / name)
+        else:
+            wanted = template
     return Home(profile=profile, path=state, env={spec.variable: str(top)}, seeded_from=seeded,
-                watched=spec.watched, unwatched=spec.unwatched)
+                watched=spec.watched, unwatched=spec.unwatched, template_wanted=wanted)
+
+
+def _template_dir(profile: str, launcher: Sequence[str], templates: Path) -> Path | None:
+    """Where the template for this installed version of the CLI is: named by the identity
+    (path, size, mtime, inode) of the files the launcher runs, so an upgrade makes a new one."""
+    parts = []
+    for i, arg in enumerate(launcher):
+        found = shutil.which(arg) if i == 0 else arg
+        try:
+            real = os.path.realpath(found) if found else None
+            info = os.stat(real) if real else None
+        except OSError:
+            info = None
+        if real is None or info is None:
+            return None
+        parts.append(f"{real}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}")
+    if not parts:
+        return None
+    digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return templates / f"{profile}-{digest}"
+
+
+def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeout: float = 30) -> bool:
+    """Run the CLI once without a model in a scratch home (its probe) and keep what its first
+    start made as the template at `target`, renamed into place whole. Whether one is there
+    now. Nothing of the person's or of an agent's goes in: the scratch home starts empty."""
+    spec = _SPECS[profile]
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        made = scratch / "home"
+        made.mkdir()
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), spec.variable: str(made)}
+        subprocess.run([*launcher, *spec.probe], cwd=scratch, env=env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout, check=False)
+        built = scratch / "template"
+        built.mkdir()
+        source = made / spec.subdir if spec.subdir else made
+        names = _expand(source, spec.first_start)
+        if not names:
+            return False  # this version makes nothing on the probe: no template, as before
+        for name in names:
+            os.rename(source / name, built / name)
+        try:
+            os.rename(built, target)
+        except OSError:
+            pass  # another run built it first
+        return target.is_dir()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _expand(top: Path, names: tuple[str, ...]) -> list[str]:

@@ -33,6 +33,7 @@ from ccm_guard.policy import Role
 from ccm_guard.prevent import hooks as install
 from ccm_guard.prevent import roots, sandbox
 from ccm_guard.prevent.resources import data_file
+from ccm_guard.state import home as state_home
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Task
@@ -100,7 +101,8 @@ def check_options(sandbox_mode: str, no_network: bool, agent: str | None) -> Non
 def prepare_agent(command: list[str], forced: str | None, private: Path, *, main: Path, worktree: Path) -> Agent:
     """The agent's profile and its private home (agent.homes), for either strategy."""
     launch = launch_of(command, forced)
-    home = homes.prepare(launch.profile, private, main=main, worktree=worktree, environ=os.environ)
+    home = homes.prepare(launch.profile, private, main=main, worktree=worktree, environ=os.environ,
+                         launcher=command[:launch.head], templates=state_home.home() / "agent-templates")
     return Agent(launch=launch, command=_with_profile_arguments(launch, command, private), home=home,
                  home_before=home.read_watched() if home else {})
 

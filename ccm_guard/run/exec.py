@@ -138,6 +138,16 @@ def import_judging() -> None:
         importlib.import_module(name)
 
 
+def _build_home_template(armed: prevention.Armed) -> Later[bool] | None:
+    home = armed.agent.home
+    if home is None or home.template_wanted is None:
+        return None
+    from ccm_guard.agent.homes import build_template
+
+    launcher, target = armed.agent.command[:armed.agent.launch.head], home.template_wanted
+    return Later(lambda: build_template(home.profile, launcher, target))
+
+
 JUDGING_MODULES = ("ccm_guard.run.judge", "ccm_guard.run.dispose", "ccm_guard.detect.agent_home")
 
 
@@ -160,6 +170,9 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
         leftovers = tuple(p.describe() for p in processes.stop(marker, pins.worktree, since))
         for imports in warm:  # after the stop: a failed import must not leave the agent's processes running
             imports.result()
+    # Started after the stop, so its process is not taken for one the agent left; it runs
+    # while the run is judged (once per installed version of the agent's CLI).
+    template = _build_home_template(armed) if agent is not None else None
     failpoints.point("before-gates")
     from ccm_guard.detect import agent_home
     from ccm_guard.run.dispose import dispose
@@ -181,6 +194,8 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
 
     recovered = None
     verdict = judged()
+    if template is not None:
+        template.result()  # before --check, whose own leftovers are looked for
     git_errors = read_git_errors(armed.git_log)
     if agent is not None:
         recovered = recover_blocked_commit(verdict, task, pins, role, agent.logs, armed.refusal_log, git_errors)

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import run_exec, write_agent
+from conftest import ExecResult, run_exec, write_agent
 
 from ccm_guard.agent import homes
 from ccm_guard.detect import agent_home
@@ -156,3 +156,71 @@ def test_links_fifos_and_nonsense_in_the_agents_home_are_judged_not_followed(tmp
     odd = {".claude.json": b'{"projects": {"/x": [[1]]}}'}
     assert agent_home.gate({".claude.json": b'{"projects": {"/x": {}}}'}, odd).status == "pass"  # no crash; steers nothing
     assert agent_home.gate({}, {"plugins": b"symlink -> /elsewhere"}).status == "fail"  # a sensitive dir replaced
+
+
+def _fake_codex(directory: Path, *, makes: str = "state_5.sqlite logs_2.sqlite logs_2.sqlite-wal") -> Path:
+    """A stand-in for codex's first start: its probe (`archive` of no session) makes the
+    databases in $CODEX_HOME, then fails as codex does; anything else records that it ran
+    and whether its home was seeded."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "codex"
+    path.write_text(f"""#!/bin/sh
+if [ "$1" = archive ]; then
+  for f in {makes}; do echo "made by the probe" > "$CODEX_HOME/$f"; done
+  echo "$HOME" > "$CODEX_HOME/probe-home.txt"
+  exit 1
+fi
+ls "$CODEX_HOME" > "$CODEX_HOME/../seen.txt"
+{COMMIT}
+""")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_first_start_template_is_built_once_and_seeds_later_homes(tmp_path: Path) -> None:
+    fake = _fake_codex(tmp_path / "bin")
+    templates = tmp_path / "templates"
+    person = tmp_path / "person"
+    (person / ".codex").mkdir(parents=True)
+    (person / ".codex" / "state_5.sqlite").write_text("the person's sessions")  # never a template's source
+    kwargs = {"main": tmp_path / "project", "worktree": tmp_path / "wt", "environ": {"HOME": str(person)},
+              "launcher": [str(fake)], "templates": templates}
+    first = homes.prepare("codex", tmp_path / "one", **kwargs)  # type: ignore[arg-type]
+    assert first is not None and first.template_wanted is not None and first.template_wanted.parent == templates
+    assert homes.build_template("codex", [str(fake)], first.template_wanted)
+    built = sorted(p.name for p in first.template_wanted.iterdir())
+    assert built == ["logs_2.sqlite", "logs_2.sqlite-wal", "state_5.sqlite"]  # first-start files only
+    assert [p.name for p in templates.iterdir()] == [first.template_wanted.name]  # no scratch left behind
+    second = homes.prepare("codex", tmp_path / "two", **kwargs)  # type: ignore[arg-type]
+    assert second is not None and second.template_wanted is None
+    # The person's databases (their sessions) are never copied: the template's are.
+    assert (second.path / "state_5.sqlite").read_text() == "made by the probe\n"
+    assert (second.path / "logs_2.sqlite-wal").read_text() == "made by the probe\n"
+    # Another installed version (the launcher changed) wants a template of its own.
+    fake.write_text(fake.read_text() + "# upgraded\n")
+    third = homes.prepare("codex", tmp_path / "three", **kwargs)  # type: ignore[arg-type]
+    assert third is not None and third.template_wanted not in (None, first.template_wanted)
+
+
+def test_a_probe_that_makes_nothing_leaves_no_template_and_no_residue(tmp_path: Path) -> None:
+    fake = _fake_codex(tmp_path / "bin", makes="")
+    target = tmp_path / "templates" / "codex-x"
+    assert not homes.build_template("codex", [str(fake)], target)
+    assert list(target.parent.iterdir()) == []
+
+
+def test_exec_builds_the_template_after_the_first_run_and_seeds_the_next(repo: Path, tmp_path: Path) -> None:
+    fake = _fake_codex(tmp_path / "bin")
+    first = run_exec(repo, fake, "--task", "one")
+    assert first.code == 0, first.stdout
+    templates = Path(os.environ["CCM_GUARD_HOME"]) / "agent-templates"
+    [template] = templates.iterdir()
+    # Built in a scratch home of its own: nothing of the person's, no leftover process.
+    assert not (template / "probe-home.txt").exists() and first.status("processes") == "pass"
+    second = run_exec(repo, fake, "--task", "two")
+    assert second.code == 0, second.stdout
+    def seen(res: ExecResult) -> list[str]:  # what was in the agent's home when it started
+        return Path(res.verdict["log_dir"], "agent", "seen.txt").read_text().split()
+
+    assert "state_5.sqlite" not in seen(first) and "state_5.sqlite" in seen(second)
+    assert second.status("agent-home") == "pass"

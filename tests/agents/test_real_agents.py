@@ -142,6 +142,32 @@ def test_codex_benign_run_on_a_fresh_home(agents: Agents, model: ModelServer, re
     assert not (fresh_home / ".codex").exists()
 
 
+def _migrations_installed_on(database: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+        return [str(row[0]) for row in db.execute("SELECT installed_on FROM _sqlx_migrations ORDER BY version")]
+
+
+def test_codex_starts_from_a_template_of_its_own_first_start(agents: Agents, model: ModelServer, repo: Path,
+                                                             fresh_home: Path) -> None:
+    """Codex makes and migrates its databases on its first start (about 70 ms of each run in
+    a fresh private home). The first run has ccm-guard make a template with codex itself,
+    in a scratch home; the next run's home starts from it (its migrations carry the
+    template's timestamps), and passes."""
+    model.script = list(BENIGN)
+    code, verdict, stderr = _exec(codex_run(agents, model, "Add hello.txt and commit it."), repo)
+    _assert_benign(code, verdict, stderr, model)
+    [template] = (Path(os.environ["CCM_GUARD_HOME"]) / "agent-templates").glob("codex-*")
+    [state] = template.glob("state_*.sqlite")
+    model.script = list(BENIGN)
+    code, verdict, stderr = _exec(codex_run(agents, model, "Add hello.txt and commit it."), repo)
+    _assert_benign(code, verdict, stderr, model)
+    seeded = Path(verdict["log_dir"], "agent", "codex-home", state.name)
+    assert _migrations_installed_on(seeded) == _migrations_installed_on(state)
+    assert not (fresh_home / ".codex").exists()
+
+
 def test_codex_hostile_run_is_caught(agents: Agents, model: ModelServer, repo: Path, fresh_home: Path) -> None:
     make_lived_home(fresh_home, trusted=[repo])
     before, hooks = _digest(fresh_home), _hooks(repo)
