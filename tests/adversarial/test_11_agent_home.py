@@ -191,3 +191,31 @@ def test_widening_aiders_ignore_file_fails_the_run(repo: Path, tmp_path: Path) -
     res = run_exec(repo, agent, "--agent", "aider")
     assert res.code == 1 and res.status("git-metadata") == "fail"
     assert any("ccm-guard-excludes" in p for f in res.gate("git-metadata")["findings"] for p in f["paths"])
+
+
+@needs_landlock
+def test_poisoning_the_codex_template_that_seeds_later_homes_is_prevented(repo: Path, tmp_path: Path) -> None:
+    """The databases codex's first start makes are kept under the state home and copied into
+    every later task's private home: an agent that could rewrite them would speak to the
+    next tasks' codex (its memories, its queue). Under the sandbox it cannot."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "codex"
+    fake.write_text(f"""#!/bin/sh
+if [ "$1" = archive ]; then echo clean > "$CODEX_HOME/memories_1.sqlite"; exit 1; fi
+for t in "$CCM_GUARD_HOME_FOR_TEST"/agent-templates/codex-*; do
+  [ -d "$t" ] && echo "template=$t"
+  echo poisoned > "$t/memories_1.sqlite" && echo wrote=yes || echo wrote=no
+done
+{COMMIT}
+""")
+    fake.chmod(0o755)
+    state = Path(os.environ["CCM_GUARD_HOME"])
+    env = {"CCM_GUARD_HOME_FOR_TEST": str(state)}
+    first = run_exec(repo, fake, "--task", "one", env=env)
+    assert first.code == 0, first.stdout
+    [template] = (state / "agent-templates").glob("codex-*")
+    second = run_exec(repo, fake, "--task", "two", env=env)
+    output = Path(second.verdict["log_dir"], "agent.stdout.log").read_text(errors="replace")
+    assert f"template={template}" in output and "wrote=no" in output
+    assert (template / "memories_1.sqlite").read_text() == "clean\n"
