@@ -198,24 +198,23 @@ def test_poisoning_the_codex_template_that_seeds_later_homes_is_prevented(repo: 
     """The databases codex's first start makes are kept under the state home and copied into
     every later task's private home: an agent that could rewrite them would speak to the
     next tasks' codex (its memories, its queue). Under the sandbox it cannot."""
+    state = Path(os.environ["CCM_GUARD_HOME"])
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "codex"
     fake.write_text(f"""#!/bin/sh
 if [ "$1" = archive ]; then echo clean > "$CODEX_HOME/memories_1.sqlite"; exit 1; fi
-for t in "$CCM_GUARD_HOME_FOR_TEST"/agent-templates/codex-*; do
+for t in {state}/agent-templates/codex-*; do
   [ -d "$t" ] && echo "template=$t"
   echo poisoned > "$t/memories_1.sqlite" && echo wrote=yes || echo wrote=no
 done
 {COMMIT}
 """)
     fake.chmod(0o755)
-    state = Path(os.environ["CCM_GUARD_HOME"])
-    env = {"CCM_GUARD_HOME_FOR_TEST": str(state)}
-    first = run_exec(repo, fake, "--task", "one", env=env)
+    first = run_exec(repo, fake, "--task", "one")
     assert first.code == 0, first.stdout
     [template] = (state / "agent-templates").glob("codex-*")
-    second = run_exec(repo, fake, "--task", "two", env=env)
+    second = run_exec(repo, fake, "--task", "two")
     output = Path(second.verdict["log_dir"], "agent.stdout.log").read_text(errors="replace")
     assert f"template={template}" in output and "wrote=no" in output
     assert (template / "memories_1.sqlite").read_text() == "clean\n"
