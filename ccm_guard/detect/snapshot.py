@@ -55,6 +55,9 @@ class Snapshot:
     # Lock files outside the task's own admin dir ("common/<rel>"): another git at work, or
     # one left behind for the person's next command to trip on (judged by who holds it).
     locks: tuple[str, ...] = ()
+    # Loose ref files -> identity: the next snapshot reads again only the refs whose file
+    # changed (20k loose refs cost a second to read twice).
+    ref_ids: dict[str, str] = dataclasses.field(default_factory=dict)
     # 2: locks and every task's guard hooks are recorded. A baseline written by an older
     # ccm-guard (1) has neither, so what they would show is not judged against it.
     format: int = 2
@@ -67,6 +70,7 @@ class Snapshot:
             "objects": {k: list(v) for k, v in self.objects.items()},
             "taken_at": self.taken_at,
             "locks": list(self.locks),
+            "ref_ids": self.ref_ids,
             "format": self.format,
         }
 
@@ -79,15 +83,16 @@ class Snapshot:
             objects={k: (v[0], v[1], v[2], v[3]) for k, v in data["objects"].items()},
             taken_at=data["taken_at"],
             locks=tuple(data.get("locks", ())),
+            ref_ids=dict(data.get("ref_ids", {})),
             format=data.get("format", 1),
         )
 
 
-def take(pins: Pins) -> Snapshot:
+def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
     """Capture the common dir's files, the worktree's `.git` pointer, the host files that
     steer git or ccm-guard (with the files the config files include: they are few and read
     first, so the walk is not done twice), the refs and the object inventory. Pure file
-    reads; no git."""
+    reads; no git. A loose ref whose file is as in `previous` keeps its value from there."""
     from ccm_guard.git.config import include_targets
 
     common = pins.common_dir
@@ -124,8 +129,10 @@ def take(pins: Pins) -> Snapshot:
         if pointer[1] is not None:
             contents["pointer"] = pointer[1]
     _host_files(pins, files, contents, tuple(extra_files))
-    refs = read_refs(common, locks)
-    return Snapshot(files, contents, refs, objects.inventory(common / "objects"), time.time(), tuple(locks))
+    ref_ids: dict[str, str] = {}
+    refs = read_refs(common, locks, ids=ref_ids, previous=previous)
+    return Snapshot(files, contents, refs, objects.inventory(common / "objects"), time.time(), tuple(locks),
+                    ref_ids=ref_ids)
 
 
 # --- files outside the repository that steer git or ccm-guard --------------------------------
@@ -244,9 +251,11 @@ def _is_config(rel: str) -> bool:
     return name.startswith("config") or name in ("HEAD", "commondir", "gitdir")
 
 
-def _walk(root: Path, skip_top: Collection[str] = ()) -> Iterator[tuple[str, Entry, bytes | None]]:
-    """Every entry below `root`, without following symlinks, as (relative path, entry, bytes)."""
-    stack = [("", root)]
+def _walk(root: Path, skip_top: Collection[str] = (), *,
+          identity_of: bool = False) -> Iterator[tuple[str, Entry, bytes | None]]:
+    """Every entry below `root`, without following symlinks, as (relative path, entry, bytes);
+    `identity_of`: every file by its identity, none read."""
+    stack: list[tuple[str, str | Path]] = [("", root)]
     while stack:
         prefix, directory = stack.pop()
         try:
@@ -259,8 +268,12 @@ def _walk(root: Path, skip_top: Collection[str] = ()) -> Iterator[tuple[str, Ent
                 if not prefix and dent.name in skip_top:
                     continue
                 # Object stores (submodules', git-lfs') are tracked by identity: hashing
-                # gigabytes twice per run would dwarf the run itself.
-                found = _read_entry(Path(dent.path), by_identity="objects/" in rel or rel.startswith("lfs/"))
+                # gigabytes twice per run would dwarf the run itself. So are the shared
+                # reflogs (one per branch and remote-tracking ref: reading 20k of them twice
+                # cost a second); a write to one always changes its change time.
+                # Paths stay strings here: a Path per entry was most of a 40k-file walk.
+                found = _read_entry(dent.path, by_identity=identity_of or "objects/" in rel
+                                    or rel.startswith(("lfs/", "logs/refs/")))
                 if found is None:
                     continue
                 entry, data = found
@@ -271,10 +284,10 @@ def _walk(root: Path, skip_top: Collection[str] = ()) -> Iterator[tuple[str, Ent
                     continue
                 yield rel, entry, data
                 if entry.kind == "d":
-                    stack.append((rel + "/", Path(dent.path)))
+                    stack.append((rel + "/", dent.path))
 
 
-def _read_entry(path: Path, by_identity: bool = False) -> tuple[Entry, bytes | None] | None:
+def _read_entry(path: Path | str, by_identity: bool = False) -> tuple[Entry, bytes | None] | None:
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -288,7 +301,7 @@ def _read_entry(path: Path, by_identity: bool = False) -> tuple[Entry, bytes | N
         return Entry("l", mode, os.readlink(path)), None
     if not stat.S_ISREG(st.st_mode):
         return Entry("o", mode, f"type:{stat.S_IFMT(st.st_mode)}"), None
-    if by_identity or st.st_size > (INDEX_HASH_LIMIT if path.name == "index" else HASH_LIMIT):
+    if by_identity or st.st_size > (INDEX_HASH_LIMIT if os.path.basename(path) == "index" else HASH_LIMIT):
         return Entry("f", mode, identity(st)), None
     data = read_nofollow(path)
     if data is None:
@@ -322,7 +335,7 @@ def identity(st: os.stat_result) -> str:
     return f"id:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
-def read_nofollow(path: Path) -> bytes | None:
+def read_nofollow(path: Path | str) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
@@ -365,11 +378,16 @@ def _packed_refs(data: bytes) -> dict[str, str]:
     return refs
 
 
-def read_refs(common: Path, locks: list[str] | None = None) -> dict[str, str]:
+def read_refs(common: Path, locks: list[str] | None = None, *, ids: dict[str, str] | None = None,
+              previous: Snapshot | None = None) -> dict[str, str]:
     """All refs of the common dir: packed first, loose ones override (as git reads them).
-    Lock files found among them are added to `locks` ("common/refs/<rel>")."""
+    Lock files found among them are added to `locks` ("common/refs/<rel>"); each loose
+    ref file's identity to `ids`. A loose ref whose identity is the one `previous` recorded
+    is not read again: a write to it always changes its change time, which no one can set back."""
     refs = _packed_refs(read_nofollow(common / "packed-refs") or b"")
-    for rel, entry, data in _walk(common / "refs"):
+    known, values = (previous.ref_ids, previous.refs) if previous is not None else ({}, {})
+    top = os.path.join(common, "refs")
+    for rel, entry, data in _walk(Path(top), identity_of=ids is not None):
         if rel.endswith(".lock"):  # a ref update in flight (or left behind), not a ref: git reads it so
             if locks is not None:
                 locks.append(f"common/refs/{rel}")
@@ -378,6 +396,12 @@ def read_refs(common: Path, locks: list[str] | None = None) -> dict[str, str]:
         if entry.kind == "l":
             refs[name] = f"symlink: {entry.digest}"
         elif entry.kind == "f":
+            if ids is not None:
+                ids[name] = entry.digest
+                if known.get(name) == entry.digest and name in values:
+                    refs[name] = values[name]
+                    continue
+                data = read_nofollow(os.path.join(top, rel))
             text = (data or b"").decode("utf-8", "surrogateescape").strip()
             refs[name] = text if text.startswith("ref: ") else text[:64]
         elif entry.kind != "d":

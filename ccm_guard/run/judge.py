@@ -83,7 +83,7 @@ def judge(
 ) -> Verdict:
     """Snapshot again (files only, no git), compare, decide trust, run the gates.
     `sandboxed`: the agent could not write the registry (its records excuse for certain)."""
-    after = take(pins)
+    after = take(pins, previous=before)
     main_git_dir = Path(task.main_git_dir)
     delta = compare(before, after, pins, main_git_dir)
     # Other tasks' worktrees, including ones still being created (git names the admin

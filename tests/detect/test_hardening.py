@@ -189,9 +189,10 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "added", "--on-fail", "discard")
     worktree = Path(res.verdict["worktree"])
 
-    # The attack happened: the key is in the repository's config.
-    config = (repo / ".git" / "config").read_text().lower()
-    assert key.rsplit(".", 1)[-1] in config
+    # The attack happened; ccm-guard unset the key (no sandbox, no other task at work) and
+    # kept the command that puts it back.
+    restore = Path(res.verdict["log_dir"], "quarantine", "config-keys.sh")
+    assert f"--add {key} " in restore.read_text()
     # ccm-guard names it loudly and fails ...
     assert res.code == 1, res.stdout
     assert res.status("git-metadata") == "fail"
@@ -210,11 +211,19 @@ def test_code_running_key_added_by_the_agent_is_named_and_stops_ccm_guards_git(
     # and none of the planted code ran.
     assert not marker.exists(), marker.read_text()
 
-    # The plant is live: the person's own git runs it, in the task's worktree (where the
-    # filter's .gitattributes is) or in their checkout (the task's worktree has ccm-guard's
-    # own core.hooksPath in its config.worktree, which wins over a shared one there).
-    for where in (worktree, repo):
-        plain_git(where, *trigger, input="protocol=https\nhost=example.com\n\n")
+    # Disarmed: the person's own git runs none of it, in the task's worktree (where the
+    # filter's .gitattributes is) or in their checkout ...
+    def persons_git() -> None:
+        for where in (worktree, repo):
+            plain_git(where, *trigger, input="protocol=https\nhost=example.com\n\n")
+
+    persons_git()
+    assert not marker.exists(), marker.read_text()
+    # ... and the plant was live: put back as the logs say, the person's git runs it (the
+    # task's worktree has ccm-guard's own core.hooksPath in its config.worktree, which
+    # wins over a shared one there).
+    subprocess.run(["sh", str(restore)], check=True)
+    persons_git()
     assert marker.exists(), f"the planted {key} never ran even under plain git: the test proves nothing"
 
 
@@ -297,7 +306,9 @@ def test_core_worktree_set_by_the_agent_is_dangerous(repo: Path, tmp_path: Path)
     decoy, _ = decoy_repo(tmp_path)
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.worktree {decoy}")
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "cwt")
-    assert git(repo, "config", "core.worktree") == str(decoy)
+    # Unset again after the run (it steers git), with the way back kept in the logs.
+    assert plain_git(repo, "config", "core.worktree").returncode == 1
+    assert f"--add core.worktree {decoy}" in Path(res.verdict["log_dir"], "quarantine", "config-keys.sh").read_text()
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) core.worktree: (unset) -> '{decoy}'" in res.reasons("git-metadata")
     assert res.status("clean-tree") == "skipped"
