@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     options TEXT NOT NULL DEFAULT '{}'  -- what the run is judged by: role, read_only, ...
 );
 CREATE INDEX IF NOT EXISTS tasks_repo ON tasks(repo, status);
+CREATE INDEX IF NOT EXISTS tasks_updated ON tasks(repo, updated_at);
 """
 
 # The lifecycle (docs/design-notes.md#the-task-lifecycle); anything else is a bug or a race, and refused.
@@ -217,18 +218,18 @@ class Registry:
         """Tasks by creation; `live_only`: the LIVE ones; `since`: the LIVE ones and any
         updated at or after that time (what a run must know of its neighbours, without
         reading every task the repository ever had)."""
-        query, args = "SELECT * FROM tasks", list[object]()
-        clauses = []
-        if repo:
-            clauses.append("repo = ?")
-            args.append(repo)
-        if live_only or since is not None:
-            live = f"status IN ({', '.join('?' * len(LIVE))})"
-            clauses.append(live if since is None else f"({live} OR updated_at >= ?)")
-            args.extend(LIVE)
-            args.extend([] if since is None else [since])
-        if clauses:
-            query += " WHERE " + " AND ".join(clauses)
+        mine, of_repo = ("repo = ? AND ", [repo]) if repo else ("", [])
+        live = f"status IN ({', '.join('?' * len(LIVE))})"
+        if since is not None:
+            # Two indexed lookups joined: an OR across two columns would read every row
+            # the repository ever had (10k finished tasks cost 17 ms on every exec).
+            query = (f"SELECT * FROM tasks WHERE {mine}{live} UNION "
+                     f"SELECT * FROM tasks WHERE {mine}updated_at >= ?")
+            args: list[object] = [*of_repo, *LIVE, *of_repo, since]
+        elif live_only:
+            query, args = f"SELECT * FROM tasks WHERE {mine}{live}", [*of_repo, *LIVE]
+        else:
+            query, args = f"SELECT * FROM tasks{' WHERE repo = ?' if repo else ''}", [*of_repo]
         rows = self.db.execute(query + " ORDER BY created_at", args).fetchall()
         return [Task(**dict(r)) for r in rows]
 

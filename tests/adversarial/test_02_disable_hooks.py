@@ -9,6 +9,7 @@ every place the switch can be made is in the snapshot.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from adv import (
@@ -43,7 +44,9 @@ def test_hooks_path_in_the_shared_config_does_not_switch_off_the_tasks_hooks(rep
     agent = write_agent(tmp_path, f"rgit config core.hooksPath /dev/null\n{FORBIDDEN}\ngit commit -q -m attrs || true\n"
                         "git reset -q; rm .gitattributes\n" + COMMIT)
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "hp")
-    assert git(repo, "config", "core.hooksPath") == "/dev/null"  # the attack happened
+    # The attack happened (the key was set in the shared config); ccm-guard unset it after the run.
+    assert "--add core.hookspath /dev/null" in Path(res.verdict["log_dir"], "quarantine", "config-keys.sh").read_text()
+    assert git(repo, "config", "core.hooksPath", check=False) == ""
     assert [r["op"] for r in refusals(res)] == ["path-policy"]  # the worktree's own setting won
     assert ".gitattributes" not in branch_files(repo, "ccm/hp")
     assert res.code == 1
@@ -69,7 +72,12 @@ def test_include_if_in_the_shared_config_is_dangerous(repo: Path, tmp_path: Path
 printf '[core]\\n\\thooksPath = /dev/null\\n' > "$TMPDIR/inc.cfg"
 rgit config 'includeIf.gitdir:/.path' "$TMPDIR/inc.cfg" """)
     res = run_exec(repo, agent, "--sandbox", "none")
-    assert plain_git(repo, "config", "core.hooksPath").stdout.strip() == "/dev/null"  # it takes effect
+    # It took effect until the run ended; then ccm-guard unset the include (kept in the logs).
+    restore = Path(res.verdict["log_dir"], "quarantine", "config-keys.sh")
+    assert "--add includeif.gitdir:/.path " in restore.read_text()
+    assert plain_git(repo, "config", "core.hooksPath").stdout.strip() == ""
+    subprocess.run(["sh", str(restore)], check=True)
+    assert plain_git(repo, "config", "core.hooksPath").stdout.strip() == "/dev/null"  # the plant was live
     assert res.code == 1
     assert "DANGEROUS (runs code or steers git) includeif.gitdir:/.path" in res.reasons("git-metadata")
     assert res.status("clean-tree") == "skipped"

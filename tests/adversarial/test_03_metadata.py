@@ -90,7 +90,9 @@ def test_a_code_running_key_behind_64_kib_of_padding_is_still_named(repo: Path, 
 python3 -c "import sys; open(sys.argv[1], 'a').write('# ' + 'x' * 100000 + '\\n[core]\\n\\tfsmonitor = {monitor}\\n')" {repo}/.git/config""")
     res = run_exec(repo, agent, "--sandbox", "none")
     assert (repo / ".git/config").stat().st_size > 100_000
-    assert plain_git(repo, "config", "core.fsmonitor").stdout.strip() == str(monitor)
+    # Unset after the run, however far down the file it was (the padding stays).
+    assert plain_git(repo, "config", "core.fsmonitor").returncode == 1
+    assert f"--add core.fsmonitor {monitor}" in Path(res.verdict["log_dir"], "quarantine", "config-keys.sh").read_text()
     assert res.code == 1
     assert f"DANGEROUS (runs code or steers git) core.fsmonitor: (unset) -> '{monitor}'" in res.reasons("git-metadata")
     assert not marker.exists()
