@@ -20,11 +20,13 @@ databases, which hold their sessions), and copied into each new private home.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -222,7 +224,7 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path, environ:
             for name in _expand(template, spec.first_start):
                 if not (state / name).exists():  # the person's copy, if seeded, wins
                     _copy(template / name, state / name)
-        else:
+        elif not _failed(template).exists():  # a probe that failed once is not tried again
             wanted = template
     return Home(profile=profile, path=state, env={spec.variable: str(top)}, seeded_from=seeded,
                 watched=spec.watched, unwatched=spec.unwatched, template_wanted=wanted)
@@ -248,10 +250,16 @@ def _template_dir(profile: str, launcher: Sequence[str], templates: Path) -> Pat
     return templates / f"{profile}-{digest}"
 
 
-def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeout: float = 30) -> bool:
+def _failed(template: Path) -> Path:
+    return template.with_name(template.name + ".failed")
+
+
+def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeout: float = 10) -> bool:
     """Run the CLI once without a model in a scratch home (its probe) and keep what its first
     start made as the template at `target`, renamed into place whole. Whether one is there
-    now. Nothing of the person's or of an agent's goes in: the scratch home starts empty."""
+    now. Nothing of the person's or of an agent's goes in: the scratch home starts empty.
+    A probe that makes nothing, or does not finish in time, is recorded as failed for this
+    version (`<target>.failed`), so no later run waits for it again."""
     spec = _SPECS[profile]
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -259,14 +267,23 @@ def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeo
         made = scratch / "home"
         made.mkdir()
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), spec.variable: str(made)}
-        subprocess.run([*launcher, *spec.probe], cwd=scratch, env=env, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout, check=False)
+        # Its own process group: codex's launcher starts the real binary as a child, and a
+        # probe that overruns is stopped whole.
+        probe = subprocess.Popen([*launcher, *spec.probe], cwd=scratch, env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            probe.wait(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(probe.pid, signal.SIGKILL)  # anything it left running, too
+            probe.wait()
         built = scratch / "template"
         built.mkdir()
         source = made / spec.subdir if spec.subdir else made
         names = _expand(source, spec.first_start)
         if not names:
-            return False  # this version makes nothing on the probe: no template, as before
+            _failed(target).touch()  # this version makes nothing on the probe: no template, as before
+            return False
         for name in names:
             os.rename(source / name, built / name)
         try:
@@ -274,6 +291,9 @@ def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeo
         except OSError:
             pass  # another run built it first
         return target.is_dir()
+    except subprocess.TimeoutExpired:
+        _failed(target).touch()
+        return False
     except (OSError, subprocess.SubprocessError):
         return False
     finally:

@@ -202,11 +202,29 @@ def test_a_first_start_template_is_built_once_and_seeds_later_homes(tmp_path: Pa
     assert third is not None and third.template_wanted not in (None, first.template_wanted)
 
 
-def test_a_probe_that_makes_nothing_leaves_no_template_and_no_residue(tmp_path: Path) -> None:
+def test_a_probe_that_makes_nothing_is_not_tried_again_and_leaves_no_residue(tmp_path: Path) -> None:
     fake = _fake_codex(tmp_path / "bin", makes="")
+    templates = tmp_path / "templates"
+    kwargs = {"main": tmp_path / "project", "worktree": tmp_path / "wt", "environ": {"HOME": str(tmp_path)},
+              "launcher": [str(fake)], "templates": templates}
+    first = homes.prepare("codex", tmp_path / "one", **kwargs)  # type: ignore[arg-type]
+    assert first is not None and first.template_wanted is not None
+    assert not homes.build_template("codex", [str(fake)], first.template_wanted)
+    # Only the record that this version's probe failed: no scratch, no template.
+    assert [p.name for p in templates.iterdir()] == [first.template_wanted.name + ".failed"]
+    again = homes.prepare("codex", tmp_path / "two", **kwargs)  # type: ignore[arg-type]
+    assert again is not None and again.template_wanted is None
+
+
+def test_a_probe_that_hangs_is_stopped_and_recorded(tmp_path: Path) -> None:
+    hangs = tmp_path / "codex"
+    hangs.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {tmp_path}/child\nwait\n")
+    hangs.chmod(0o755)
     target = tmp_path / "templates" / "codex-x"
-    assert not homes.build_template("codex", [str(fake)], target)
-    assert list(target.parent.iterdir()) == []
+    assert not homes.build_template("codex", [str(hangs)], target, timeout=0.5)
+    assert [p.name for p in target.parent.iterdir()] == ["codex-x.failed"]
+    child = int((tmp_path / "child").read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
 
 
 def test_exec_builds_the_template_after_the_first_run_and_seeds_the_next(repo: Path, tmp_path: Path) -> None:
