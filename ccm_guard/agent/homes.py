@@ -222,7 +222,7 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path, environ:
     if template is not None:
         if template.is_dir():
             for name in _expand(template, spec.first_start):
-                if not (state / name).exists():  # the person's copy, if seeded, wins
+                if not (state / name).exists():  # never over a seeded file (none has these names)
                     _copy(template / name, state / name)
         elif not _failed(template).exists():  # a probe that failed once is not tried again
             wanted = template
