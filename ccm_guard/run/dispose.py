@@ -170,8 +170,9 @@ def next_steps(v: Verdict, task: Task) -> list[str]:
     if v.exit_code == 0 and v.head and v.head != task.base:
         return [f"review: ccm-guard task diff {task.id}", f"apply:  ccm-guard task apply {task.id}"]
     if not v.git_trusted:  # any git run there (a prompt showing the branch, too) may run the agent's code
+        unset = " (the keys the notes say ccm-guard unset are done)" if v.config_plants else ""
         return [f"first:   run no git in {task.main_worktree} or the task's worktree; undo by hand what git-metadata "
-                f"names in {task.repo} (edit the files; `git config` itself is safe)",
+                f"names in {task.repo} (edit the files; `git config` itself is safe){unset}",
                 f"then:    ccm-guard audit {task.id}   (judges the run again; discard works once it is safe)"]
     return [f"inspect: cd {v.worktree}   (logs in {v.log_dir})", f"check again: ccm-guard audit {task.id}",
             f"discard: ccm-guard task discard {task.id}   (archived first; task restore brings it back)"]
