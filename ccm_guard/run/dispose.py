@@ -16,12 +16,16 @@ from ccm_guard.errors import GitError, GuardError
 from ccm_guard.files import read_regular
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.pins import Pins
-from ccm_guard.state.registry import Registry, Task
+from ccm_guard.state.registry import RUNNING, Registry, Task
 
 
 def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
     """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
     quarantine(verdict, pins.common_dir, Path(task.log_dir))
+    if verdict.config_plants:
+        others = [t.id for t in registry.list(repo=task.repo, since=task.created_at)
+                  if t.id != task.id and (t.status in RUNNING or t.updated_at >= task.created_at)]
+        unset_config_plants(verdict, pins.common_dir, Path(task.log_dir), others)
     if verdict.blocked:
         registry.move(task.id, "BLOCKED")
         verdict.disposition = "kept: the agent is blocked on a question"
@@ -72,46 +76,82 @@ def quarantine(verdict: Verdict, common: Path, log_dir: Path) -> None:
                                   "before removing it by hand")
             continue
         verdict.notes.append(f"moved {rel} (left by the agent) out of the git metadata into {target}")
-    for plant in verdict.config_plants:
-        _unset_planted_key(verdict, common / plant["file"], plant["key"], tuple(plant["values"]), aside)
 
 
-def _unset_planted_key(verdict: Verdict, path: Path, key: str, values: tuple[str, ...], aside: Path) -> None:
-    """Unset one key that runs code, new in the repository's config during the run, after
-    writing down how to put it back. Only while the file still says what the run left (the
-    person may have changed it since) and is a plain file (git's lock follows a link)."""
+def unset_config_plants(verdict: Verdict, common: Path, log_dir: Path, others_at_work: list[str]) -> None:
+    """Unset the keys that run code which the run left in the repository's own config
+    (verdict.config_plants), after writing down how to put each back. Not while another
+    task is at work on the repository (asked again now: one may have started since the
+    run was judged; its agent may be the planter, and it took its baseline with the key);
+    only where the file still says what the run left (the person may have changed it
+    since) and is a plain file (git's lock follows a link)."""
     from ccm_guard.detect.snapshot import CONFIG_LIMIT
     from ccm_guard.git import config as configfile
 
-    data = read_regular(path, CONFIG_LIMIT)
-    if data is None or configfile.values_of(data, key) != values:
-        verdict.notes.append(f"{key} in {path} runs code and was set during the run; it was left as it is "
-                             f"(the file changed since): remove it yourself (git config --file {path} "
-                             f"--unset-all {key}) unless you set it")
+    plants = [(common / p["file"], str(p["key"]), tuple(p["values"])) for p in verdict.config_plants]
+    if not plants:
         return
-    restore = "".join(f"git config --file {shlex.quote(str(path))} --add {shlex.quote(key)} {shlex.quote(v)}\n"
-                      for v in values)
+
+    def by_hand(path: Path, key: str) -> str:
+        return f"git config --file {shlex.quote(str(path))} --unset-all {shlex.quote(key)}"
+
+    if others_at_work:
+        for path, key, _ in plants:
+            verdict.notes.append(f"{key} in {path} runs code and was set during the run; another task "
+                                 f"({', '.join(others_at_work[:3])}) was at work on the repository, so it was left "
+                                 f"as it is: remove it yourself ({by_hand(path, key)}) unless you set it")
+        return
+    due = []
+    for path, key, values in plants:
+        data = read_regular(path, CONFIG_LIMIT)
+        if data is None or configfile.values_of(data, key) != values:
+            verdict.notes.append(f"{key} in {path} runs code and was set during the run; it was left as it is "
+                                 f"(the file changed since): remove it yourself ({by_hand(path, key)}) unless you set it")
+        else:
+            due.append((path, key, values))
+    if not due:
+        return
+    lines = [f"git config --file {shlex.quote(str(path))} --add {shlex.quote(key)} {shlex.quote(v)}\n"
+             for path, key, values in due for v in values]
     try:
-        _append_new(aside / "config-keys.sh", f"# Set in {path} during the run and unset by ccm-guard; "
-                    f"to put back what you set yourself:\n{restore}")
-        configfile.config_file_set(path, key, None)
-    except (OSError, GitError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else exc.message
-        verdict.errors.append(f"could not unset {key} in {path} ({reason}): remove it before you run git there "
-                              f"(git config --file {path} --unset-all {key})")
+        script = _write_new(log_dir / "quarantine", "config-keys", ".sh",
+                            "# Set in the repository's config during the run and unset by ccm-guard;\n"
+                            "# to put back what you set yourself, run the line for it:\n" + "".join(lines))
+    except OSError as exc:
+        verdict.errors.append(f"could not record the keys that run code before unsetting them ({exc.strerror}): "
+                              "remove them yourself: " + "; ".join(by_hand(p, k) for p, k, _ in due))
         return
-    verdict.notes.append(f"unset {key} in {path} (set during the run; it runs code): how to put it back is in "
-                         f"{aside / 'config-keys.sh'}")
+    for path, key, _ in due:
+        try:
+            configfile.config_file_set(path, key, None)
+            data = read_regular(path, CONFIG_LIMIT)
+            still = data is None or configfile.values_of(data, key) != ()
+        except GitError:
+            still = True
+        if still:  # git could not take its lock (a config.lock left behind), or the file went
+            verdict.errors.append(f"could not unset {key} in {path}: remove it before you run git there "
+                                  f"({by_hand(path, key)})")
+        else:
+            verdict.notes.append(f"unset {key} in {path} (set during the run; it runs code): how to put it back "
+                                 f"is in {script}")
 
 
-def _append_new(path: Path, text: str) -> None:
-    """Append to a file of the task's logs, following no link the agent may have made there."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.parent.is_symlink():
-        raise OSError(errno.ELOOP, f"{path.parent} is a link")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "a") as fh:
-        fh.write(text)
+def _write_new(directory: Path, stem: str, suffix: str, text: str) -> Path:
+    """A new file of the task's logs (`stem.suffix`, else `stem.2.suffix`, ...), created
+    exclusively and through no link: nothing the agent left there ends up in it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if directory.is_symlink():
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(directory))
+    for n in range(1, 100):
+        path = directory / (f"{stem}{suffix}" if n == 1 else f"{stem}.{n}{suffix}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        return path
+    raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), str(directory))
 
 
 def _move_across(source: Path, target: Path) -> None:

@@ -8,6 +8,7 @@ the project files that run code.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -250,3 +251,29 @@ git add -A; git commit -q -m 'add {path}'""")
     assert all_paths(res, "path-policy") == [path]
     assert "that CI or git hooks run by themselves" in res.reasons("path-policy")
     assert (res.code, res.status("path-policy")) == ((0, "warn") if ci_files else (1, "fail"))
+
+
+def test_a_config_plant_that_cannot_be_unset_is_an_error_not_a_note(repo: Path, tmp_path: Path) -> None:
+    """A `config.lock` left beside the plant makes git refuse to edit the file: the verdict
+    must not say the key was unset (it is still live), but name it as an error."""
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit config core.fsmonitor /tmp/evil\ntouch {repo}/.git/config.lock")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "locked")
+    assert res.code == 1
+    assert plain_git(repo, "config", "--get", "core.fsmonitor").stdout.strip() == "/tmp/evil"
+    assert any("could not unset core.fsmonitor" in e for e in res.verdict["errors"])
+    assert not any(n.startswith("unset core.fsmonitor") for n in res.verdict["notes"])
+
+
+def test_the_restore_script_holds_nothing_the_agent_wrote(repo: Path, tmp_path: Path) -> None:
+    """The agent (unsandboxed, it can write the state home) leaves its own lines where
+    ccm-guard writes how to put the keys back: that file is never appended to."""
+    state = os.environ["CCM_GUARD_HOME"]
+    agent = write_agent(tmp_path, f"""{COMMIT}
+rgit config core.fsmonitor /tmp/evil
+for d in {state}/logs/*/plant; do mkdir -p "$d/quarantine"; echo 'echo EVIL' > "$d/quarantine/config-keys.sh"; done""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "plant")
+    assert plain_git(repo, "config", "--get", "core.fsmonitor").returncode == 1
+    [note] = [n for n in res.verdict["notes"] if n.startswith("unset core.fsmonitor")]
+    script = Path(note.rsplit(" is in ", 1)[1])
+    assert script.name == "config-keys.2.sh" and "EVIL" not in script.read_text()
+    assert "--add core.fsmonitor /tmp/evil" in script.read_text()
