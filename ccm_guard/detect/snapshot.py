@@ -55,8 +55,9 @@ class Snapshot:
     # Lock files outside the task's own admin dir ("common/<rel>"): another git at work, or
     # one left behind for the person's next command to trip on (judged by who holds it).
     locks: tuple[str, ...] = ()
-    # Loose ref files -> identity: the next snapshot reads again only the refs whose file
-    # changed (20k loose refs cost a second to read twice).
+    # Loose refs ("refs/...") and shared reflogs ("common/logs/refs/...") -> their file's
+    # identity: the next snapshot reads again only those whose file changed (20k branches
+    # with their reflogs cost a second and a half to read twice).
     ref_ids: dict[str, str] = dataclasses.field(default_factory=dict)
     # 2: locks and every task's guard hooks are recorded. A baseline written by an older
     # ccm-guard (1) has neither, so what they would show is not judged against it.
@@ -105,7 +106,9 @@ def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
     contents: dict[str, bytes] = {}
     own = f"worktrees/{pins.admin_name}/"
     locks: list[str] = []
-    for rel, entry, data in _walk(common, skip_top=_SKIP_TOP):
+    ref_ids: dict[str, str] = {}
+    reuse = _Reuse(ref_ids, previous)
+    for rel, entry, data in _walk(common, skip_top=_SKIP_TOP, reuse=reuse):
         key = f"common/{rel}"
         if rel.endswith(".lock") and not rel.startswith(own):
             locks.append(key)  # another git at work right now, or one left behind: see `locks`
@@ -129,8 +132,7 @@ def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
         if pointer[1] is not None:
             contents["pointer"] = pointer[1]
     _host_files(pins, files, contents, tuple(extra_files))
-    ref_ids: dict[str, str] = {}
-    refs = read_refs(common, locks, ids=ref_ids, previous=previous)
+    refs = read_refs(common, locks, reuse=reuse)
     return Snapshot(files, contents, refs, objects.inventory(common / "objects"), time.time(), tuple(locks),
                     ref_ids=ref_ids)
 
@@ -251,10 +253,11 @@ def _is_config(rel: str) -> bool:
     return name.startswith("config") or name in ("HEAD", "commondir", "gitdir")
 
 
-def _walk(root: Path, skip_top: Collection[str] = (), *,
-          identity_of: bool = False) -> Iterator[tuple[str, Entry, bytes | None]]:
+def _walk(root: Path, skip_top: Collection[str] = (), *, identity_of: bool = False,
+          reuse: _Reuse | None = None) -> Iterator[tuple[str, Entry, bytes | None]]:
     """Every entry below `root`, without following symlinks, as (relative path, entry, bytes);
-    `identity_of`: every file by its identity, none read."""
+    `identity_of`: every file by its identity, none read; `reuse`: a shared reflog whose
+    file did not change keeps the entry of the earlier snapshot."""
     stack: list[tuple[str, str | Path]] = [("", root)]
     while stack:
         prefix, directory = stack.pop()
@@ -268,12 +271,12 @@ def _walk(root: Path, skip_top: Collection[str] = (), *,
                 if not prefix and dent.name in skip_top:
                     continue
                 # Object stores (submodules', git-lfs') are tracked by identity: hashing
-                # gigabytes twice per run would dwarf the run itself. So are the shared
-                # reflogs (one per branch and remote-tracking ref: reading 20k of them twice
-                # cost a second); a write to one always changes its change time.
-                # Paths stay strings here: a Path per entry was most of a 40k-file walk.
-                found = _read_entry(dent.path, by_identity=identity_of or "objects/" in rel
-                                    or rel.startswith(("lfs/", "logs/refs/")))
+                # gigabytes twice per run would dwarf the run itself. Paths stay strings
+                # here: a Path per entry was most of a 40k-file walk.
+                if reuse is not None and rel.startswith("logs/refs/"):
+                    found = reuse.reflog(rel, dent.path)
+                else:
+                    found = _read_entry(dent.path, by_identity=identity_of or "objects/" in rel or rel.startswith("lfs/"))
                 if found is None:
                     continue
                 entry, data = found
@@ -294,6 +297,10 @@ def _read_entry(path: Path | str, by_identity: bool = False) -> tuple[Entry, byt
         return None
     except OSError as exc:  # too long a name, a loop of mounts: say so rather than fail the verdict
         return Entry("o", 0, f"unreadable: {exc.strerror}"), None
+    return _entry_of(path, st, by_identity)
+
+
+def _entry_of(path: Path | str, st: os.stat_result, by_identity: bool) -> tuple[Entry, bytes | None] | None:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
         return Entry("d", mode, ""), None
@@ -378,16 +385,44 @@ def _packed_refs(data: bytes) -> dict[str, str]:
     return refs
 
 
-def read_refs(common: Path, locks: list[str] | None = None, *, ids: dict[str, str] | None = None,
-              previous: Snapshot | None = None) -> dict[str, str]:
+class _Reuse:
+    """What a snapshot may keep from the one before it: a loose ref's value or a reflog's
+    entry whose file has the same identity. A write always changes a file's change time,
+    which no one can set back; a file last changed in the two seconds before the earlier
+    snapshot is read again all the same, as git treats a "racily clean" index entry (on a
+    file system with coarse timestamps a rewrite could keep the same one)."""
+
+    def __init__(self, ids: dict[str, str], previous: Snapshot | None) -> None:
+        self.ids = ids  # filled in for the next snapshot
+        self.previous = previous
+        self.settled_ns = int((previous.taken_at - 2) * 1e9) if previous is not None else 0
+
+    def unchanged(self, key: str, ident: str) -> Snapshot | None:
+        """Record a file's identity; the earlier snapshot, if the file is as it saw it."""
+        self.ids[key] = ident
+        before = self.previous
+        settled = int(ident.rsplit(":", 1)[1]) < self.settled_ns  # its change time
+        return before if before is not None and settled and before.ref_ids.get(key) == ident else None
+
+    def reflog(self, rel: str, path: str) -> tuple[Entry, bytes | None] | None:
+        key = f"common/{rel}"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return _read_entry(path)
+        before = self.unchanged(key, identity(st)) if stat.S_ISREG(st.st_mode) else None
+        if before is not None and key in before.files:
+            return before.files[key], None
+        return _entry_of(path, st, by_identity=False)
+
+
+def read_refs(common: Path, locks: list[str] | None = None, *, reuse: _Reuse | None = None) -> dict[str, str]:
     """All refs of the common dir: packed first, loose ones override (as git reads them).
-    Lock files found among them are added to `locks` ("common/refs/<rel>"); each loose
-    ref file's identity to `ids`. A loose ref whose identity is the one `previous` recorded
-    is not read again: a write to it always changes its change time, which no one can set back."""
+    Lock files found among them are added to `locks` ("common/refs/<rel>"). With `reuse`,
+    a loose ref whose file did not change since the earlier snapshot keeps its value."""
     refs = _packed_refs(read_nofollow(common / "packed-refs") or b"")
-    known, values = (previous.ref_ids, previous.refs) if previous is not None else ({}, {})
     top = os.path.join(common, "refs")
-    for rel, entry, data in _walk(Path(top), identity_of=ids is not None):
+    for rel, entry, data in _walk(Path(top), identity_of=reuse is not None):
         if rel.endswith(".lock"):  # a ref update in flight (or left behind), not a ref: git reads it so
             if locks is not None:
                 locks.append(f"common/refs/{rel}")
@@ -396,10 +431,10 @@ def read_refs(common: Path, locks: list[str] | None = None, *, ids: dict[str, st
         if entry.kind == "l":
             refs[name] = f"symlink: {entry.digest}"
         elif entry.kind == "f":
-            if ids is not None:
-                ids[name] = entry.digest
-                if known.get(name) == entry.digest and name in values:
-                    refs[name] = values[name]
+            if reuse is not None:  # the walk gave the file's identity, not its bytes
+                before = reuse.unchanged(name, entry.digest)
+                if before is not None and name in before.refs:
+                    refs[name] = before.refs[name]
                     continue
                 data = read_nofollow(os.path.join(top, rel))
             text = (data or b"").decode("utf-8", "surrogateescape").strip()

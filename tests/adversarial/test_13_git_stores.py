@@ -171,3 +171,16 @@ mkdir -p "$objects/ab"; target="$objects/ab/{'c' * 38}"
     res = run_exec(repo, agent, "--sandbox", "none", timeout=120)
     assert res.code == 1
     assert f"ab/{'c' * 38}" in all_paths(res, "git-metadata")
+
+
+def test_reflogs_rewritten_with_the_same_lines_are_not_a_finding(repo: Path, tmp_path: Path) -> None:
+    """`git reflog expire` (which gc and maintenance run) rewrites every reflog through a
+    lock file: a new file, the same lines. Reflogs are compared by what they hold, so the
+    person's gc during a run fails nothing; a line taken out still shows."""
+    git(repo, "branch", "side")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit -C {repo} reflog expire --all --expire=never")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "expire")
+    assert res.code == 0, res.reasons("git-metadata")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit -C {repo} reflog expire --expire=now refs/heads/side", name="cut.sh")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "cut")
+    assert res.code == 1 and "reflog logs/refs/heads/side was rewritten but its ref did not move" in res.reasons("git-metadata")
