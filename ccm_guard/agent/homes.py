@@ -30,6 +30,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -220,34 +221,55 @@ def prepare(profile: str, private: Path, *, main: Path, worktree: Path, environ:
     wanted = None
     template = _template_dir(profile, launcher, templates) if fresh and spec.probe and templates else None
     if template is not None:
-        if template.is_dir():
+        if template.is_dir() and not template.is_symlink():
             for name in _expand(template, spec.first_start):
                 if not (state / name).exists():  # never over a seeded file (none has these names)
-                    _copy(template / name, state / name)
+                    _copy_regular(template / name, state / name)
         elif not _failed(template).exists():  # a probe that failed once is not tried again
             wanted = template
     return Home(profile=profile, path=state, env={spec.variable: str(top)}, seeded_from=seeded,
                 watched=spec.watched, unwatched=spec.unwatched, template_wanted=wanted)
 
 
+def _resolved(launcher: Sequence[str]) -> list[str] | None:
+    """The launcher's files as absolute real paths (the program found on PATH), or None."""
+    found = []
+    for i, arg in enumerate(launcher):
+        path = shutil.which(arg) if i == 0 else arg
+        if not path or not os.path.exists(path):
+            return None
+        found.append(os.path.realpath(path))
+    return found or None
+
+
 def _template_dir(profile: str, launcher: Sequence[str], templates: Path) -> Path | None:
     """Where the template for this installed version of the CLI is: named by the identity
-    (path, size, mtime, inode) of the files the launcher runs, so an upgrade makes a new one."""
-    parts = []
-    for i, arg in enumerate(launcher):
-        found = shutil.which(arg) if i == 0 else arg
-        try:
-            real = os.path.realpath(found) if found else None
-            info = os.stat(real) if real else None
-        except OSError:
-            info = None
-        if real is None or info is None:
-            return None
-        parts.append(f"{real}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}")
-    if not parts:
+    (path, size, times, inode) of the files the launcher runs, so that an upgrade, which
+    writes them anew (npm keeps a fixed mtime, not a fixed change time), makes a new one."""
+    files = _resolved(launcher)
+    if files is None:
         return None
+    parts = []
+    for real in files:
+        try:
+            info = os.stat(real)
+        except OSError:
+            return None
+        parts.append(f"{real}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}")
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return templates / f"{profile}-{digest}"
+
+
+def _copy_regular(src: Path, dst: Path) -> None:
+    """A template's file, copied only if it is a regular file: a link planted there (to
+    the person's own databases, their sessions) is not followed."""
+    data = read_regular(src, TEMPLATE_FILE_LIMIT)
+    if data is not None:
+        _write_private(dst, data)
+
+
+TEMPLATE_FILE_LIMIT = 64 << 20  # a first start's empty databases are kilobytes
+SCRATCH_STALE = 600  # seconds: a build's scratch left by a killed ccm-guard is removed after that
 
 
 def _failed(template: Path) -> Path:
@@ -259,17 +281,24 @@ def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeo
     start made as the template at `target`, renamed into place whole. Whether one is there
     now. Nothing of the person's or of an agent's goes in: the scratch home starts empty.
     A probe that makes nothing, or does not finish in time, is recorded as failed for this
-    version (`<target>.failed`), so no later run waits for it again."""
-    spec = _SPECS[profile]
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    version (`<target>.failed`), so no later run waits for it again. Never raises: a run
+    must not fail for want of a template."""
+    spec, files = _SPECS[profile], _resolved(launcher)
+    if files is None:
+        return False
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _remove_stale_scratch(target.parent)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{profile}-scratch-", dir=target.parent))
+    except OSError:
+        return False
     try:
         made = scratch / "home"
         made.mkdir()
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), spec.variable: str(made)}
         # Its own process group: codex's launcher starts the real binary as a child, and a
         # probe that overruns is stopped whole.
-        probe = subprocess.Popen([*launcher, *spec.probe], cwd=scratch, env=env, stdin=subprocess.DEVNULL,
+        probe = subprocess.Popen([*files, *spec.probe], cwd=scratch, env=env, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             probe.wait(timeout=timeout)
@@ -286,18 +315,26 @@ def build_template(profile: str, launcher: Sequence[str], target: Path, *, timeo
             return False
         for name in names:
             os.rename(source / name, built / name)
-        try:
-            os.rename(built, target)
-        except OSError:
-            pass  # another run built it first
+        with contextlib.suppress(OSError):
+            os.rename(built, target)  # whole, or not at all: another run may have built it first
         return target.is_dir()
     except subprocess.TimeoutExpired:
-        _failed(target).touch()
+        with contextlib.suppress(OSError):
+            _failed(target).touch()
         return False
     except (OSError, subprocess.SubprocessError):
         return False
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _remove_stale_scratch(templates: Path) -> None:
+    """Scratch homes of builds that never finished (ccm-guard was killed during one)."""
+    now = time.time()
+    for old in templates.glob(".*-scratch-*"):
+        with contextlib.suppress(OSError):
+            if now - old.lstat().st_mtime > SCRATCH_STALE:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def _expand(top: Path, names: tuple[str, ...]) -> list[str]:

@@ -242,3 +242,23 @@ def test_exec_builds_the_template_after_the_first_run_and_seeds_the_next(repo: P
 
     assert "state_5.sqlite" not in seen(first) and "state_5.sqlite" in seen(second)
     assert second.status("agent-home") == "pass"
+
+
+def test_a_link_planted_in_the_template_is_not_followed(tmp_path: Path) -> None:
+    """An unsandboxed agent can write the state home: a template file made a link to the
+    person's own databases (their sessions) must not bring them into later homes."""
+    fake = _fake_codex(tmp_path / "bin")
+    person = tmp_path / "person" / ".codex"
+    person.mkdir(parents=True)
+    (person / "state_5.sqlite").write_text("the person's sessions")
+    kwargs = {"main": tmp_path / "project", "worktree": tmp_path / "wt", "environ": {"HOME": str(tmp_path / "person")},
+              "launcher": [str(fake)], "templates": tmp_path / "templates"}
+    first = homes.prepare("codex", tmp_path / "one", **kwargs)  # type: ignore[arg-type]
+    assert first is not None and first.template_wanted is not None
+    assert homes.build_template("codex", [str(fake)], first.template_wanted)
+    planted = first.template_wanted / "state_5.sqlite"
+    planted.unlink()
+    planted.symlink_to(person / "state_5.sqlite")
+    second = homes.prepare("codex", tmp_path / "two", **kwargs)  # type: ignore[arg-type]
+    assert second is not None and not (second.path / "state_5.sqlite").exists()
+    assert (second.path / "logs_2.sqlite").read_text() == "made by the probe\n"
