@@ -194,8 +194,9 @@ _CI_BY_NAME = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "l
                          "Jenkinsfile", ".gitlab-ci.yml", ".travis.yml", "azure-pipelines.yml"})
 _CI_BY_DIR = (".github/workflows/", ".github/actions/", ".circleci/", ".husky/", ".githooks/", ".buildkite/")
 _OBEYED_BY_NAME = frozenset({".envrc", ".mcp.json", "AGENTS.md", "AGENTS.override.md", "CLAUDE.md", "CLAUDE.local.md",
-                             "GEMINI.md", ".cursorrules", ".windsurfrules"})
-_OBEYED_BY_DIR = (".vscode/", ".idea/", ".devcontainer/", ".claude/", ".codex/", ".gemini/", ".cursor/")
+                             "GEMINI.md", ".cursorrules", ".windsurfrules", ".clinerules", ".aider.conf.yml",
+                             ".devcontainer.json", "copilot-instructions.md"})
+_OBEYED_BY_DIR = (".vscode/", ".idea/", ".devcontainer/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".windsurf/")
 _RUN_BY_NAME = frozenset({
     "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
     "pytest.ini", "Makefile", "makefile", "GNUmakefile", "build.rs", "package.json", ".npmrc",
@@ -205,7 +206,17 @@ _RUN_BY_DIR = (".cargo/", ".ci/")
 
 
 def _named(paths: list[str], names: frozenset[str], dirs: tuple[str, ...]) -> list[str]:
-    return [p for p in paths if p.rsplit("/", 1)[-1] in names or any(p.startswith(d) or f"/{d}" in p for d in dirs)]
+    """The paths with one of `names`, or in (or a link named as) one of `dirs`, at any depth.
+    Case is ignored: on a case-insensitive checkout (macOS, Windows) `Agents.md` is obeyed."""
+    names = frozenset(n.casefold() for n in names)
+    dirs = tuple(d.casefold() for d in dirs)
+    found = []
+    for path in paths:
+        folded = path.casefold()
+        here = f"/{folded}/"
+        if folded.rsplit("/", 1)[-1] in names or any(f"/{d}" in here for d in dirs):
+            found.append(path)
+    return found
 
 
 def host_code(changes: list[PathChange], role: Role) -> list[Finding]:
