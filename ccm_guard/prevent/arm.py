@@ -295,6 +295,18 @@ def read_records(log: Path) -> list[dict[str, object]]:
     return found
 
 
+_CONFIG_READ = 1 << 20
+
+
+def _config_pairs(config: Path) -> list[tuple[str, str]] | None:
+    """A config file's keys (None: not a regular file), parsed by content when small: the
+    run's last snapshot parsed these same bytes, so that takes no git process."""
+    data = read_regular(config, _CONFIG_READ + 1)
+    if data is None:
+        return None
+    return configfile.entries(data) if len(data) <= _CONFIG_READ else configfile.config_entries(config)
+
+
 def disarm(pins: Pins) -> None:
     """Remove the task's hooks and its own config before its worktree goes (a pooled one
     goes back with an admin dir of everyday files); the shared setting stays (other tasks,
@@ -303,12 +315,12 @@ def disarm(pins: Pins) -> None:
     with admin_lock(pins.common_dir):
         if _planted(config):
             config.unlink()  # never edit through what the agent put there; the worktree goes anyway
-        present = {key for key, _ in configfile.config_entries(config)} if config.is_file() else set()
+        present = {key for key, _ in _config_pairs(config) or []}
         for key in WORKTREE_KEYS:
             if key.lower() in present:  # one git process for each key that is there, none for the rest
                 configfile.config_file_set(config, key, None)
         install.uninstall_worktree(pins.worktree, restore_shared=False, dirs=(pins.admin_dir, pins.common_dir))
-        if config.is_file() and not configfile.config_entries(config):
+        if _config_pairs(config) == []:
             config.unlink()
         with contextlib.suppress(FileNotFoundError):
             (pins.admin_dir / EXCLUDES).unlink()
