@@ -21,6 +21,7 @@ from ccm_guard import git
 from ccm_guard.detect.context import FAIL, Finding
 from ccm_guard.detect.gates import (
     GateResult,
+    config_steered,
     forged_claims,
     host_code,
     limit_findings,
@@ -85,7 +86,7 @@ def verify_range(start: Path, rev_range: str, role_name: str | None, override: P
     paths = [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
              for v in check(changes, rules, link_targets(repo, changes), lambda: git.tree_paths(repo, head))]
     paths += policy_table_edits(repo, base, head, changes, worktree=None)
-    paths += host_code(changes, role)
+    paths += host_code(changes, role, config_steered(repo.common_dir, repo.work_tree))
     figures = measure(changes, len(commits), repo, Path("/nonexistent"))  # every change is committed
     # In CI no registry says which commits ccm-guard made (a `task apply` merge, a
     # recovery): a claim is reported for review, not failed, unless a record here shows it.

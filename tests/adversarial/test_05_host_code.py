@@ -289,3 +289,37 @@ git add -A; git commit -q -m 'add {path}'""")
     res = run_exec(repo, agent, "--sandbox", "none", "--policy", str(policy), "--role", "docs-writer")
     assert (res.code, res.status("path-policy")) == (1, "fail")
     assert all_paths(res, "path-policy") == [path]
+
+
+def _tracked(repo: Path, path: str, text: str) -> None:
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    (repo / path).chmod(0o755)
+    git(repo, "add", path)
+    git(repo, "commit", "-q", "-m", f"add {path}")
+
+
+@pytest.mark.parametrize("how", ["hooks-path", "hook-link", "include"])
+def test_a_tracked_file_the_repositorys_config_runs_is_a_control_path(repo: Path, tmp_path: Path, how: str) -> None:
+    """The person's config points git at files in the tree: a `core.hooksPath` directory, a
+    hook that is a link into the tree, an included config file. Edited on the task's branch,
+    they run code in the person's next git command once merged, whatever the role allows."""
+    if how == "hooks-path":
+        path = "tools/hooks/pre-commit"
+        _tracked(repo, path, "#!/bin/sh\nexit 0\n")
+        git(repo, "config", "core.hooksPath", "tools/hooks")
+    elif how == "hook-link":
+        path = "scripts/pre-push"
+        _tracked(repo, path, "#!/bin/sh\nexit 0\n")
+        (repo / ".git" / "hooks").mkdir(exist_ok=True)
+        (repo / ".git" / "hooks" / "pre-push").symlink_to(f"../../{path}")
+    else:
+        path = "gitconfig.shared"
+        _tracked(repo, path, "[diff]\n\tcolorMoved = zebra\n")
+        git(repo, "config", "include.path", f"../{path}")
+    agent = write_agent(tmp_path, f"printf '[core]\\\\n\\\\tpager = sh -c evil\\\\n' >> {path}\ngit add -A; git commit -q -m tweak")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "steered")
+    assert git(repo, "diff", "--name-only", "HEAD", "ccm/steered") == path
+    assert (res.code, res.status("path-policy")) == (1, "fail"), res.stdout
+    assert path in all_paths(res, "path-policy")
+    assert "file(s) that CI or git hooks run by themselves changed" in res.reasons("path-policy")

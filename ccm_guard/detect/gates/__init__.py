@@ -9,6 +9,7 @@ in gates/repo.py.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -133,7 +134,60 @@ def path_policy(ctx: Context) -> list[Finding]:
     return [Finding("path-policy", f"{v.path}: {v.reason} ({v.where})", (v.path,), v.severity)
             for v in check(changes, rules, target, final_paths)] \
         + policy_table_edits(ctx.repo, ctx.base, ctx.head, changes, worktree=ctx.pins.worktree) \
-        + host_code(changes, ctx.role)
+        + host_code(changes, ctx.role, config_steered(ctx.pins.common_dir, _main_top(ctx)))
+
+
+def _main_top(ctx: Context) -> Path | None:
+    if ctx.main_repo is not None and ctx.main_repo.work_tree is not None:
+        return ctx.main_repo.work_tree
+    common = ctx.pins.common_dir
+    return common.parent if common.name == ".git" else None
+
+
+def config_steered(common: Path, top: Path | None) -> tuple[str, ...]:
+    """Tree paths that the repository's own config has git run or read as config, so that
+    a change to them runs code in the person's next git command once merged: the
+    `core.hooksPath` directory when it lies in the work tree ("dir/"), the targets of
+    hooks that are links into it, and config files it includes from it."""
+    from ccm_guard.files import read_regular
+    from ccm_guard.git.config import entries, may_set
+
+    found: list[str] = []
+    top_real = os.path.realpath(top) if top is not None else None
+
+    def in_tree(path: str) -> str | None:
+        if top_real is None:
+            return None
+        rel = os.path.relpath(os.path.realpath(path), top_real)
+        return None if rel == "." or rel.startswith("..") else rel
+
+    for name in ("config", "config.worktree"):  # the main worktree's own, too
+        data = read_regular(common / name, 1 << 20)
+        if not data or not (may_set(data, "hookspath") or may_set(data, "path")):
+            continue  # the common case: nothing to parse, no git process
+        try:
+            pairs = entries(data)
+        except GitError:
+            continue  # unparseable: git-metadata reports it
+        for key, value in pairs:
+            key = key.lower()
+            if key == "core.hookspath" and value and not value.startswith("~"):
+                # Relative: to the top of the work tree git runs in (any worktree of this tree).
+                rel = in_tree(value) if os.path.isabs(value) else os.path.normpath(value)
+                if rel and not rel.startswith(".."):
+                    found.append(rel.rstrip("/") + "/")
+            elif value and (key == "include.path" or (key.startswith("includeif.") and key.endswith(".path"))):
+                rel = in_tree(value if os.path.isabs(value) else os.path.join(common, value))
+                found += [rel] if rel else []
+    try:
+        hooks = list(os.scandir(common / "hooks"))
+    except OSError:
+        hooks = []
+    for hook in hooks:
+        if hook.is_symlink():
+            rel = in_tree(os.path.join(common / "hooks", os.readlink(hook.path)))
+            found += [rel] if rel else []
+    return tuple(dict.fromkeys(found))
 
 
 def policy_table_edits(repo: git.Repo, base: str, head: str | None, changes: list[PathChange], *,
@@ -219,12 +273,14 @@ def _named(paths: list[str], names: frozenset[str], dirs: tuple[str, ...]) -> li
     return found
 
 
-def host_code(changes: list[PathChange], role: Role) -> list[Finding]:
-    """Part of path-policy: executable project content (see above: CI and hook files, what
-    direnv, editors and agents obey, test and build runners), and git repositories smuggled
-    in as plain files (failed: git run inside one obeys its config)."""
+def host_code(changes: list[PathChange], role: Role, steered: tuple[str, ...] = ()) -> list[Finding]:
+    """Part of path-policy: executable project content (see above: CI and hook files, and
+    the tree paths the repository's config has git run (`steered`, config_steered), what
+    direnv, editors and agents obey, test and build runners), and git repositories
+    smuggled in as plain files (failed: git run inside one obeys its config)."""
     paths = sorted({c.path for c in changes if c.status != "D"})
     ci = _named(paths, _CI_BY_NAME, _CI_BY_DIR)
+    ci += [p for p in paths if p not in ci and any(p == s or (s.endswith("/") and p.startswith(s)) for s in steered)]
     obeyed = [p for p in _named(paths, _OBEYED_BY_NAME, _OBEYED_BY_DIR) if p not in ci]
     runs = [p for p in _named(paths, _RUN_BY_NAME, _RUN_BY_DIR) + [p for p in paths if p.endswith(".pth")]
             if p not in ci and p not in obeyed]
