@@ -317,3 +317,19 @@ def test_a_stale_lock_fails_the_run_when_ccm_guard_runs_under_a_git_alias(repo: 
     findings = [f for g in verdict["gates"] for f in g.get("findings", []) if "lock file" in f["reason"]]
     assert [f["severity"] for f in findings] == ["fail"], findings
     assert proc.returncode == 1
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_remote_tracking_ref_pointed_at_the_agents_commit_is_named(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    """`origin/main` moved to the agent's commit: the person's next `git merge origin/main`
+    or `git reset --hard origin/main` takes it. With the sandbox the shared ref is out of
+    reach; without it the verdict names the risk."""
+    git(repo, "update-ref", "refs/remotes/origin/main", "HEAD")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit update-ref refs/remotes/origin/main HEAD || echo DENIED >&2")
+    res = run_exec(repo, agent, "--sandbox", sandbox, "--task", "remote")
+    moved = git(repo, "rev-parse", "refs/remotes/origin/main") == git(repo, "rev-parse", "ccm/remote")
+    if sandbox == "landlock":
+        assert "DENIED" in res.stderr and not moved
+        return
+    assert moved and res.status("refs-untouched") == "warn"
+    assert "a merge or reset to it would take what it now names" in res.reasons("refs-untouched")
