@@ -299,7 +299,7 @@ _CONFIG_READ = 1 << 20
 
 
 def _config_pairs(config: Path) -> list[tuple[str, str]] | None:
-    """A config file's keys (None: not a regular file), parsed by content when small: the
+    """A config file's keys (None: not a regular file, or unreadable), parsed by content when small: the
     run's last snapshot parsed these same bytes, so that takes no git process."""
     data = read_regular(config, _CONFIG_READ + 1)
     if data is None:

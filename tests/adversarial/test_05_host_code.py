@@ -323,3 +323,48 @@ def test_a_tracked_file_the_repositorys_config_runs_is_a_control_path(repo: Path
     assert (res.code, res.status("path-policy")) == (1, "fail"), res.stdout
     assert path in all_paths(res, "path-policy")
     assert "file(s) that CI or git hooks run by themselves changed" in res.reasons("path-policy")
+
+
+@pytest.mark.parametrize("how", ["link-the-dir", "link-a-parent", "link-the-include", "hooks-dir-is-a-link",
+                                 "nested-include", "home-relative"])
+def test_a_way_round_to_what_the_config_runs_is_a_control_path_too(repo: Path, tmp_path: Path, how: str) -> None:
+    """Variants of the above: replace the hooks directory (or a directory above it) with a
+    link, repoint a tracked link that the config includes, a `.git/hooks` that is itself
+    a link into the tree, an include inside an included file, a `~/` path."""
+    evil = "evil"
+    if how in ("link-the-dir", "link-a-parent"):
+        _tracked(repo, "tools/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
+        git(repo, "config", "core.hooksPath", "tools/hooks")
+        replaced = "tools/hooks" if how == "link-the-dir" else "tools"
+        change = f"mkdir -p {evil}; printf '#!/bin/sh\\\\necho ran\\\\n' > {evil}/pre-commit; rm -rf {replaced}; " \
+                 f"ln -s $PWD/{evil} {replaced}"
+        expected = replaced
+    elif how == "link-the-include":
+        _tracked(repo, "cfg/real.cfg", "[diff]\n\tcolorMoved = zebra\n")
+        (repo / "gitconfig.shared").symlink_to("cfg/real.cfg")
+        git(repo, "add", "gitconfig.shared")
+        git(repo, "commit", "-q", "-m", "link")
+        git(repo, "config", "include.path", "../gitconfig.shared")
+        change = f"printf '[core]\\\\n\\\\tpager = evil\\\\n' > {evil}.cfg; rm gitconfig.shared; ln -s {evil}.cfg gitconfig.shared"
+        expected = "gitconfig.shared"
+    elif how == "hooks-dir-is-a-link":
+        _tracked(repo, "tools/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
+        hooks = repo / ".git" / "hooks"
+        if hooks.exists():
+            import shutil
+            shutil.rmtree(hooks)
+        hooks.symlink_to("../tools/hooks")
+        change, expected = "echo 'echo ran' >> tools/hooks/pre-commit", "tools/hooks/pre-commit"
+    elif how == "nested-include":
+        _tracked(repo, "more.cfg", "[diff]\n\tcolorMoved = zebra\n")
+        _tracked(repo, "gitconfig.shared", "[include]\n\tpath = more.cfg\n")
+        git(repo, "config", "include.path", "../gitconfig.shared")
+        change, expected = "printf '[core]\\\\n\\\\tpager = evil\\\\n' >> more.cfg", "more.cfg"
+    else:
+        _tracked(repo, "tools/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
+        git(repo, "config", "core.hooksPath", "~/" + os.path.relpath(repo / "tools/hooks", os.environ["HOME"]))
+        change, expected = "echo 'echo ran' >> tools/hooks/pre-commit", "tools/hooks/pre-commit"
+    agent = write_agent(tmp_path, f"{change}\ngit add -A; git commit -q -m tweak")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "round")
+    assert (res.code, res.status("path-policy")) == (1, "fail"), res.stdout
+    assert expected in all_paths(res, "path-policy")

@@ -145,49 +145,74 @@ def _main_top(ctx: Context) -> Path | None:
 
 
 def config_steered(common: Path, top: Path | None) -> tuple[str, ...]:
-    """Tree paths that the repository's own config has git run or read as config, so that
-    a change to them runs code in the person's next git command once merged: the
-    `core.hooksPath` directory when it lies in the work tree ("dir/"), the targets of
-    hooks that are links into it, and config files it includes from it."""
+    """Tree paths that the repository's config (and the global config, and what they
+    include) has git run or read as config, so that a change to them runs code in the
+    person's next git command once merged: the `core.hooksPath` directory when it lies in
+    the work tree ("dir/"), `.git/hooks` or a hook in it that is a link into the tree, and
+    config files included from the tree. Each as written and as its links resolve: an
+    agent may change the link on the way as well as what it leads to."""
+    try:
+        return tuple(dict.fromkeys(_steered(common, top)))
+    except (OSError, GitError):  # whatever cannot be read here is judged by git-metadata
+        return ()
+
+
+def _steered(common: Path, top: Path | None) -> list[str]:
     from ccm_guard.files import read_regular
-    from ccm_guard.git.config import entries, may_set
+    from ccm_guard.git.config import entries, global_config_files, include_targets, may_set
+
+    if top is None:
+        return []
+    top_abs, top_real = os.path.abspath(top), os.path.realpath(top)
+
+    def in_tree(path: str, folder: bool = False) -> list[str]:
+        """`path` relative to the tree, as written and as resolved (when inside it)."""
+        found = []
+        for base, where in ((top_abs, os.path.normpath(path)), (top_real, os.path.realpath(path))):
+            rel = os.path.relpath(where, base)
+            if rel != ".." and not rel.startswith("../"):
+                found.append("" if rel == "." else rel + "/" if folder else rel)
+        return found
 
     found: list[str] = []
-    top_real = os.path.realpath(top) if top is not None else None
+    queue = [common / "config", common / "config.worktree", *global_config_files()]
+    seen: set[Path] = set()
+    while queue and len(seen) < 64:  # include cycles; a bound on what an agent can make us read
+        config = queue.pop(0)
+        if config in seen:
+            continue
+        seen.add(config)
+        data = read_regular(Path(os.path.realpath(config)), 1 << 20)
+        if not data:
+            continue
+        if may_set(data, "hookspath"):  # the common case: nothing to parse, no git process
+            for key, value in entries(data):
+                if key.lower() == "core.hookspath" and value:
+                    value = os.path.expanduser(value)
+                    # Relative: to the top of the work tree git runs in (any worktree of this tree).
+                    found += in_tree(value if os.path.isabs(value) else os.path.join(top_abs, value), folder=True)
+        for target in include_targets(config, data):
+            found += in_tree(str(target))
+            queue.append(target)
+    hooks = common / "hooks"
+    if hooks.is_symlink():
+        found += in_tree(os.path.join(common, os.readlink(hooks)), folder=True)
+    elif hooks.is_dir():
+        for hook in os.scandir(hooks):
+            if hook.is_symlink():
+                found += in_tree(os.path.join(hooks, os.readlink(hook.path)))
+    return [f for f in found if f]  # "" (the whole tree as a hooks dir) names no one path
 
-    def in_tree(path: str) -> str | None:
-        if top_real is None:
-            return None
-        rel = os.path.relpath(os.path.realpath(path), top_real)
-        return None if rel == "." or rel.startswith("..") else rel
 
-    for name in ("config", "config.worktree"):  # the main worktree's own, too
-        data = read_regular(common / name, 1 << 20)
-        if not data or not (may_set(data, "hookspath") or may_set(data, "path")):
-            continue  # the common case: nothing to parse, no git process
-        try:
-            pairs = entries(data)
-        except GitError:
-            continue  # unparseable: git-metadata reports it
-        for key, value in pairs:
-            key = key.lower()
-            if key == "core.hookspath" and value and not value.startswith("~"):
-                # Relative: to the top of the work tree git runs in (any worktree of this tree).
-                rel = in_tree(value) if os.path.isabs(value) else os.path.normpath(value)
-                if rel and not rel.startswith(".."):
-                    found.append(rel.rstrip("/") + "/")
-            elif value and (key == "include.path" or (key.startswith("includeif.") and key.endswith(".path"))):
-                rel = in_tree(value if os.path.isabs(value) else os.path.join(common, value))
-                found += [rel] if rel else []
-    try:
-        hooks = list(os.scandir(common / "hooks"))
-    except OSError:
-        hooks = []
-    for hook in hooks:
-        if hook.is_symlink():
-            rel = in_tree(os.path.join(common / "hooks", os.readlink(hook.path)))
-            found += [rel] if rel else []
-    return tuple(dict.fromkeys(found))
+def _steers(path: str, steered: tuple[str, ...]) -> bool:
+    """`path` is a steered path, lies in a steered directory, or is a directory (or a link
+    put in its place) on the way to one."""
+    path = path.casefold()
+    for s in steered:
+        s = s.casefold()
+        if path == s.rstrip("/") or (s.endswith("/") and path.startswith(s)) or s.startswith(path + "/"):
+            return True
+    return False
 
 
 def policy_table_edits(repo: git.Repo, base: str, head: str | None, changes: list[PathChange], *,
@@ -280,7 +305,7 @@ def host_code(changes: list[PathChange], role: Role, steered: tuple[str, ...] = 
     smuggled in as plain files (failed: git run inside one obeys its config)."""
     paths = sorted({c.path for c in changes if c.status != "D"})
     ci = _named(paths, _CI_BY_NAME, _CI_BY_DIR)
-    ci += [p for p in paths if p not in ci and any(p == s or (s.endswith("/") and p.startswith(s)) for s in steered)]
+    ci += [p for p in paths if p not in ci and _steers(p, steered)]
     obeyed = [p for p in _named(paths, _OBEYED_BY_NAME, _OBEYED_BY_DIR) if p not in ci]
     runs = [p for p in _named(paths, _RUN_BY_NAME, _RUN_BY_DIR) + [p for p in paths if p.endswith(".pth")]
             if p not in ci and p not in obeyed]
