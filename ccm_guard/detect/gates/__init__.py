@@ -159,7 +159,12 @@ def config_steered(common: Path, top: Path | None) -> tuple[str, ...]:
 
 def _steered(common: Path, top: Path | None) -> list[str]:
     from ccm_guard.files import read_regular
-    from ccm_guard.git.config import entries, global_config_files, include_targets, may_set
+    from ccm_guard.git.config import (
+        entries,
+        global_config_files,
+        include_targets,
+        may_set,
+    )
 
     if top is None:
         return []
