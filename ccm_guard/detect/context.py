@@ -105,15 +105,14 @@ class Context:
         first snapshot (finished, cleaned up or applied meanwhile)."""
         from pathlib import Path
 
-        from ccm_guard.state.registry import RUNNING, Registry
+        from ccm_guard.state.registry import Registry
 
         found: set[str] = set()
         try:
             registry = Registry()
             try:
-                for task in registry.list(repo=str(self.pins.common_dir), since=self.before.taken_at):
-                    if task.status in RUNNING or task.updated_at >= self.before.taken_at:
-                        found.add(Path(task.admin_dir or task.worktree).name)
+                found = {Path(task.admin_dir or task.worktree).name
+                         for task in registry.at_work(str(self.pins.common_dir), self.before.taken_at)}
             finally:
                 registry.close()
         except Exception:

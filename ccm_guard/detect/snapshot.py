@@ -232,20 +232,14 @@ def _includes(path: Path, data: bytes) -> list[Path]:
 
 def _hooks_dirs(config: Path, data: bytes, common: Path) -> list[Path]:
     """The directories `core.hooksPath` names in one config file, as absolute paths."""
-    if not git.may_set(data, "core.hooksPath"):
-        return []  # the common case costs no git call
-    from ccm_guard.git.config import entries
+    from ccm_guard.git.config import hooks_paths
 
     try:
-        values = [v for k, v in entries(data) if k.lower() == "core.hookspath" and v]
+        values = hooks_paths(data)
     except Exception:
         return []
-    found = []
-    for value in values:
-        expanded = Path(os.path.expanduser(value))
-        # Relative: from the top of the checkout git runs in; the main one is the common dir's parent.
-        found.append(expanded if expanded.is_absolute() else common.parent / expanded)
-    return found
+    # Relative: from the top of the checkout git runs in; the main one is the common dir's parent.
+    return [Path(v) if os.path.isabs(v) else common.parent / v for v in values]
 
 
 def _is_config(rel: str) -> bool:

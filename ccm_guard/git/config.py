@@ -236,6 +236,14 @@ def diff(before: bytes | None, after: bytes | None) -> list[ConfigChange]:
     return changes
 
 
+def hooks_paths(data: bytes) -> list[str]:
+    """The `core.hooksPath` values of config bytes, `~` expanded as git does (a relative one
+    is relative to the top of the work tree git runs in)."""
+    if not may_set(data, "core.hooksPath"):
+        return []  # the common case costs no git call
+    return [os.path.expanduser(v) for k, v in entries(data) if k.lower() == "core.hookspath" and v]
+
+
 def include_targets(config_path: Path, data: bytes) -> list[Path]:
     """Files a config includes (include.path, includeIf.*.path), as absolute paths."""
     if b"include" not in data.lower():

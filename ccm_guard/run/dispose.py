@@ -16,15 +16,14 @@ from ccm_guard.errors import GitError, GuardError
 from ccm_guard.files import read_regular
 from ccm_guard.prevent import arm as prevention
 from ccm_guard.state.pins import Pins
-from ccm_guard.state.registry import RUNNING, Registry, Task
+from ccm_guard.state.registry import Registry, Task
 
 
 def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: git.Repo, registry: Registry) -> None:
     """Keep, or archive and remove; record the outcome. Nothing is removed unarchived."""
     quarantine(verdict, pins.common_dir, Path(task.log_dir))
     if verdict.config_plants:
-        others = [t.id for t in registry.list(repo=task.repo, since=task.created_at)
-                  if t.id != task.id and (t.status in RUNNING or t.updated_at >= task.created_at)]
+        others = [t.id for t in registry.at_work(task.repo, task.created_at) if t.id != task.id]
         unset_config_plants(verdict, pins.common_dir, Path(task.log_dir), others)
     if verdict.blocked:
         registry.move(task.id, "BLOCKED")

@@ -214,6 +214,11 @@ class Registry:
     def exists(self, task_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone() is not None
 
+    def at_work(self, repo: str, since: float) -> list[Task]:
+        """Tasks of `repo` running now, or whose state changed at or after `since` (finished,
+        cleaned up or applied meanwhile): what may have acted on the repository meanwhile."""
+        return [t for t in self.list(repo=repo, since=since) if t.status in RUNNING or t.updated_at >= since]
+
     def list(self, *, repo: str | None = None, live_only: bool = True, since: float | None = None) -> list[Task]:
         """Tasks by creation; `live_only`: the LIVE ones; `since`: the LIVE ones and any
         updated at or after that time (what a run must know of its neighbours, without

@@ -159,12 +159,7 @@ def config_steered(common: Path, top: Path | None) -> tuple[str, ...]:
 
 def _steered(common: Path, top: Path | None) -> list[str]:
     from ccm_guard.files import read_regular
-    from ccm_guard.git.config import (
-        entries,
-        global_config_files,
-        include_targets,
-        may_set,
-    )
+    from ccm_guard.git.config import global_config_files, hooks_paths, include_targets
 
     if top is None:
         return []
@@ -190,12 +185,9 @@ def _steered(common: Path, top: Path | None) -> list[str]:
         data = read_regular(Path(os.path.realpath(config)), 1 << 20)
         if not data:
             continue
-        if may_set(data, "hookspath"):  # the common case: nothing to parse, no git process
-            for key, value in entries(data):
-                if key.lower() == "core.hookspath" and value:
-                    value = os.path.expanduser(value)
-                    # Relative: to the top of the work tree git runs in (any worktree of this tree).
-                    found += in_tree(value if os.path.isabs(value) else os.path.join(top_abs, value), folder=True)
+        for value in hooks_paths(data):
+            # Relative: to the top of the work tree git runs in (any worktree of this tree).
+            found += in_tree(value if os.path.isabs(value) else os.path.join(top_abs, value), folder=True)
         for target in include_targets(config, data):
             found += in_tree(str(target))
             queue.append(target)
@@ -211,13 +203,9 @@ def _steered(common: Path, top: Path | None) -> list[str]:
 
 def _steers(path: str, steered: tuple[str, ...]) -> bool:
     """`path` is a steered path, lies in a steered directory, or is a directory (or a link
-    put in its place) on the way to one."""
-    path = path.casefold()
-    for s in steered:
-        s = s.casefold()
-        if path == s.rstrip("/") or (s.endswith("/") and path.startswith(s)) or s.startswith(path + "/"):
-            return True
-    return False
+    put in its place) on the way to one (both casefolded)."""
+    return any(path == s.rstrip("/") or (s.endswith("/") and path.startswith(s)) or s.startswith(path + "/")
+               for s in steered)
 
 
 def policy_table_edits(repo: git.Repo, base: str, head: str | None, changes: list[PathChange], *,
@@ -289,18 +277,21 @@ _RUN_BY_NAME = frozenset({
 _RUN_BY_DIR = (".cargo/", ".ci/")
 
 
-def _named(paths: list[str], names: frozenset[str], dirs: tuple[str, ...]) -> list[str]:
-    """The paths with one of `names`, or in (or a link named as) one of `dirs`, at any depth.
-    Case is ignored: on a case-insensitive checkout (macOS, Windows) `Agents.md` is obeyed."""
-    names = frozenset(n.casefold() for n in names)
-    dirs = tuple(d.casefold() for d in dirs)
-    found = []
-    for path in paths:
-        folded = path.casefold()
-        here = f"/{folded}/"
-        if folded.rsplit("/", 1)[-1] in names or any(f"/{d}" in here for d in dirs):
-            found.append(path)
-    return found
+def _folded(names: frozenset[str], dirs: tuple[str, ...]) -> tuple[frozenset[str], tuple[str, ...]]:
+    # Case is ignored: on a case-insensitive checkout (macOS, Windows) `Agents.md` is obeyed.
+    return frozenset(n.casefold() for n in names), tuple(f"/{d.casefold()}" for d in dirs)
+
+
+_CI, _OBEYED, _RUNNERS = (_folded(_CI_BY_NAME, _CI_BY_DIR), _folded(_OBEYED_BY_NAME, _OBEYED_BY_DIR),
+                          _folded(_RUN_BY_NAME, _RUN_BY_DIR))
+
+
+def _named(paths: dict[str, str], kind: tuple[frozenset[str], tuple[str, ...]]) -> list[str]:
+    """The paths (path -> its casefolded form) with one of the kind's names, or in (or a
+    link named as) one of its directories, at any depth."""
+    names, dirs = kind
+    return [path for path, folded in paths.items()
+            if folded.rsplit("/", 1)[-1] in names or any(d in f"/{folded}/" for d in dirs)]
 
 
 def host_code(changes: list[PathChange], role: Role, steered: tuple[str, ...] = ()) -> list[Finding]:
@@ -308,12 +299,14 @@ def host_code(changes: list[PathChange], role: Role, steered: tuple[str, ...] = 
     the tree paths the repository's config has git run (`steered`, config_steered), what
     direnv, editors and agents obey, test and build runners), and git repositories
     smuggled in as plain files (failed: git run inside one obeys its config)."""
-    paths = sorted({c.path for c in changes if c.status != "D"})
-    ci = _named(paths, _CI_BY_NAME, _CI_BY_DIR)
-    ci += [p for p in paths if p not in ci and _steers(p, steered)]
-    obeyed = [p for p in _named(paths, _OBEYED_BY_NAME, _OBEYED_BY_DIR) if p not in ci]
-    runs = [p for p in _named(paths, _RUN_BY_NAME, _RUN_BY_DIR) + [p for p in paths if p.endswith(".pth")]
+    folded = {p: p.casefold() for p in sorted({c.path for c in changes if c.status != "D"})}
+    steers = tuple(s.casefold() for s in steered)
+    ci = _named(folded, _CI)
+    ci += [p for p, f in folded.items() if p not in ci and _steers(f, steers)]
+    obeyed = [p for p in _named(folded, _OBEYED) if p not in ci]
+    runs = [p for p in _named(folded, _RUNNERS) + [p for p in folded if p.endswith(".pth")]
             if p not in ci and p not in obeyed]
+    paths = list(folded)
     findings = []
     if ci:
         findings.append(Finding("path-policy", f"{len(ci)} file(s) that CI or git hooks run by themselves changed"
