@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from ccm_guard.git import base
-from ccm_guard.pathrules.check import SYMLINK, PathChange, Violation, blob_id, check
+from ccm_guard.pathrules.check import SYMLINK, PathChange, Violation, check
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ def violations(rules: Rules, top: str) -> list[Violation]:
 
     raw = names(["diff", "--cached", "-z", "--raw", "--no-renames", "--no-abbrev", "--no-ext-diff",
                  "--ignore-submodules=none"])  # a .gitmodules saying `ignore = all` must not hide a gitlink
-    changes = [PathChange(path, status, old_mode, new_mode, blob_id(old), blob_id(new), "staged")
-               for path, status, old_mode, new_mode, old, new, _ in base.raw_changes(raw, "staged")]
+    changes = base.raw_changes(raw, "staged", PathChange)
     links = [c.new_blob for c in changes if c.new_mode == SYMLINK and c.new_blob]
     targets = base.batch_contents(git(["cat-file", "--batch"], "".join(f"{i}\n" for i in links).encode())
                                   ) if links else {}

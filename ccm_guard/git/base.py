@@ -9,12 +9,16 @@ that the hooks share with the rest of the package.
 
 from __future__ import annotations
 
+import gc
 import os
 import select
+from itertools import repeat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterator, Mapping, Sequence
+    from typing import Mapping, Sequence, TypeVar
+
+    T = TypeVar("T", bound="tuple[object, ...]")
 
 HARDENING = (
     "--no-pager",
@@ -161,18 +165,69 @@ def describe(args: Sequence[str], code: int, stderr: bytes) -> str:
 
 # --- parsers of git's output, shared with the hooks ----------------------------------------
 
-def raw_changes(tokens: list[str], where: str) -> Iterator[tuple[str, str, str, str, str, str, str]]:
+_NULL_IDS = frozenset(("0" * 40, "0" * 64))  # git's null id (no blob), SHA-1 and SHA-256
+
+
+def raw_changes(tokens: list[str], where: str, kind: type[T] = tuple) -> list[T]:  # type: ignore[assignment]
     """`git diff --raw -z` (and `log --raw -z` with `%x00commit %H` headers) output split on
-    NUL, as (path, status, old mode, new mode, old blob, new blob, where) per path; renames
-    are off, so one path per entry."""
-    it = iter(tokens)
-    for token in it:
-        token = token.lstrip("\n")
-        if token.startswith("commit "):
-            where = token[len("commit "):]
-        elif token.startswith(":"):
-            old_mode, new_mode, old_blob, new_blob, status = token[1:].split(" ")
-            yield next(it), status[0], old_mode, new_mode, old_blob, new_blob, where
+    NUL, as (path, status, old mode, new mode, old blob, new blob, where) per path, a blob
+    None for git's null id, each a `kind` (a tuple, or a namedtuple of those fields made
+    directly: no second object per path); renames are off, so one path per entry.
+
+    A range may change 100k paths: each run of entries (one commit's) is taken apart in
+    slices and joins, C all the way, not token by token. git writes a commit's entries as
+    meta, path, meta, path, ... up to an empty token (no path or meta is empty), then the
+    next commit's header; a path is only ever read at a meta's odd offset, so a path named
+    like a header or a meta is never taken for one.
+    """
+    found: list[T] = []
+    i, end_all = 0, len(tokens)
+    collecting = gc.isenabled()
+    gc.disable()  # 100k new tuples would set off ever longer collections (more than doubling the time); none is a cycle
+    try:
+        while i < end_all:
+            token = tokens[i].lstrip("\n")
+            if token.startswith("commit "):
+                where = token[len("commit "):]
+            if not token or token.startswith("commit "):
+                i += 1
+                continue
+            try:
+                end = tokens.index("", i)
+            except ValueError:
+                end = end_all
+            found += _entries(tokens[i:end:2], tokens[i + 1:end:2], where, kind)
+            i = end
+    finally:
+        if collecting:
+            gc.enable()
+    return found
+
+
+def _entries(metas: list[str], paths: list[str], where: str, kind: type[T]) -> map[T]:
+    """One commit's entries, from its metas (":OLDMODE NEWMODE OLDBLOB NEWBLOB STATUS",
+    the first after a newline) and their paths."""
+    text = " ".join(metas).replace("\n", "")
+    fields = text.replace(":", "").split(" ")
+    if len(paths) != len(metas) or len(fields) != 5 * len(metas) or text.count(":") != len(metas) \
+            or not text.startswith(":"):
+        raise ValueError(f"unexpected raw diff output near {metas[0][:60]!r}")
+    statuses = fields[4::5]
+    if len("".join(statuses)) != len(statuses):  # a score (R100) never comes with renames off; be sure
+        statuses = [s[:1] for s in statuses]
+    return map(tuple.__new__, repeat(kind), zip(paths, statuses, fields[0::5], fields[1::5], _blobs(fields[2::5]),
+                                               _blobs(fields[3::5]), repeat(where)))
+
+
+def _blobs(ids: list[str]) -> "list[str | None] | list[str] | list[None]":
+    """Blob ids with git's null id as None, without a look at each where none or all are null."""
+    for null in _NULL_IDS:
+        count = ids.count(null)
+        if count == len(ids):
+            return [None] * count
+        if count:
+            return [None if oid in _NULL_IDS else oid for oid in ids]
+    return ids
 
 
 def batch_contents(out: bytes) -> dict[str, bytes]:

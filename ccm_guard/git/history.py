@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.base import raw_changes
@@ -158,21 +158,23 @@ def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
     return _range_once(repo, "numstat", base, head, compute)
 
 
-@dataclasses.dataclass(frozen=True)
-class RawChange:
-    """One path changed, as `git diff --raw` reports it (renames split into delete + add)."""
+class RawChange(NamedTuple):
+    """One path changed, as `git diff --raw` reports it (renames split into delete + add).
+
+    A tuple with pathrules.check.PathChange's fields in PathChange's order, so the path
+    check takes a range's 100k changes as they are (detect.paths.from_raw)."""
 
     path: str
     status: str  # A, M, D, T
     old_mode: str
     new_mode: str
-    old_blob: str
-    new_blob: str
-    where: str  # the commit that made the change, or "staged"
+    old_blob: str | None  # None: git's null id (no blob on that side)
+    new_blob: str | None
+    where: str  # the commit that made the change
 
 
 def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
-    return [RawChange(*fields) for fields in raw_changes(tokens, where)]
+    return raw_changes(tokens, where, RawChange)
 
 
 def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = False) -> list[RawChange]:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         new_mode: str
         old_blob: str | None  # None where the content is in the work tree
         new_blob: str | None
-        where: str  # "commit <sha>", "staged", "uncommitted", "untracked"
+        where: str  # the id of the commit that made it, or "staged", "uncommitted", "untracked"
 else:
     _ViolationFields = namedtuple("Violation", "path reason where severity", defaults=("fail",))
     PathChange = namedtuple("PathChange", "path status old_mode new_mode old_blob new_blob where")
@@ -50,6 +50,13 @@ class Violation(_ViolationFields):
 
     def line(self) -> str:
         return f"{self.path}: {self.reason} ({self.where})"
+
+
+def where_label(where: str) -> str:
+    """A change's `where` as a finding shows it: a commit id as "commit <12 hex>"."""
+    if len(where) in (40, 64) and not where.strip("0123456789abcdef"):
+        return f"commit {where[:12]}"
+    return where
 
 
 def blob_id(oid: str) -> str | None:
@@ -94,28 +101,29 @@ _ADDED = frozenset(("A", "?"))
 def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[[PathChange], str | None]
             ) -> list[Violation]:
     found = []
+    at = where_label(c.where)
     if why:
         verb = "deleted" if c.status == "D" else "changed"
-        found.append(Violation(c.path, f"{verb}, but {why}", c.where))
+        found.append(Violation(c.path, f"{verb}, but {why}", at))
     if c.new_mode == SYMLINK:
-        found += _symlink(c, rules, link_target(c))
+        found += _symlink(c.path, at, rules, link_target(c))
     elif c.new_mode == GITLINK and c.status != "D":
         what = "a nested git repository" if c.status == "?" else "a gitlink (submodule entry)"
-        found.append(Violation(c.path, f"{what} was added", c.where))
+        found.append(Violation(c.path, f"{what} was added", at))
     elif c.new_mode == EXECUTABLE and c.old_mode != EXECUTABLE:
-        found.append(Violation(c.path, "made executable", c.where, "warn"))
+        found.append(Violation(c.path, "made executable", at, "warn"))
     return found
 
 
-def _symlink(c: PathChange, rules: Rules, target: str | None) -> list[Violation]:
+def _symlink(path: str, at: str, rules: Rules, target: str | None) -> list[Violation]:
     if target is None:
-        return [Violation(c.path, "is a symlink whose target could not be read", c.where)]
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(c.path), target))
+        return [Violation(path, "is a symlink whose target could not be read", at)]
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if posixpath.isabs(target) or resolved == ".." or resolved.startswith("../"):
-        return [Violation(c.path, f"is a symlink pointing outside the worktree ({target!r})", c.where)]
+        return [Violation(path, f"is a symlink pointing outside the worktree ({target!r})", at)]
     why = rules.violation(resolved)
     if why:
-        return [Violation(c.path, f"is a symlink to {resolved!r}, which is {why}", c.where)]
+        return [Violation(path, f"is a symlink to {resolved!r}, which is {why}", at)]
     return []
 
 
@@ -133,7 +141,7 @@ def _twins(added: list[PathChange], paths: list[str], final: Iterable[str]) -> l
         others = sorted(seen.get(_fold(c.path), set()) - {c.path})
         if others:
             found.append(Violation(c.path, f"is the same file as {others[0]!r} on case-insensitive "
-                                   "or Unicode-normalising file systems", c.where))
+                                   "or Unicode-normalising file systems", where_label(c.where)))
     return found
 
 

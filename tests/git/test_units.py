@@ -243,3 +243,33 @@ def test_the_lean_git_start_feeds_a_large_input_while_reading_a_large_output(rep
                                 input=f"{blob}\n".encode() * count)
     assert code == 0, err
     assert len(base.batch_contents(out)) == 1 and out.count(b"\n" + b"x" * 100) == count
+
+
+def test_commit_changes_reads_every_entry_of_every_commit_as_git_wrote_it(repo: Path) -> None:
+    """The raw diff is taken apart in slices, not token by token: a path named like a commit
+    header or like an entry, one with spaces or a newline, an empty commit between two, a
+    deletion and an addition (null ids) all come out as git listed them."""
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    odd = ["commit 0123456789abcdef0123456789abcdef01234567", ":100644 100644 a b M", "with space.txt",
+           "new\nline.txt"]
+    for name in odd:
+        (repo / name).write_text("x\n")
+    gitcmd(repo, "add", "-A")
+    gitcmd(repo, "commit", "-q", "-m", "odd names")
+    gitcmd(repo, "commit", "-q", "--allow-empty", "-m", "empty")
+    os.remove(repo / "with space.txt")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(repo / "run.sh", 0o755)
+    gitcmd(repo, "add", "-A")
+    gitcmd(repo, "commit", "-q", "-m", "second")
+    handle = git.discover(repo).repo()
+    first, _, second = gitcmd(repo, "rev-list", "--reverse", f"{base}..HEAD").split()
+    changes = git.commit_changes(handle, base, "HEAD")
+    assert sorted((c.where, c.path, c.status) for c in changes) == sorted(
+        [(first, name, "A") for name in odd] + [(second, "with space.txt", "D"), (second, "run.sh", "A")])
+    by_path = {(c.where, c.path): c for c in changes}
+    added, gone = by_path[(first, odd[0])], by_path[(second, "with space.txt")]
+    assert (added.old_mode, added.new_mode, added.old_blob) == ("000000", "100644", None)
+    assert added.new_blob == gitcmd(repo, "rev-parse", f"{first}:{odd[0]}").strip()
+    assert (gone.new_mode, gone.new_blob, gone.old_blob) == ("000000", None, added.new_blob)
+    assert by_path[(second, "run.sh")].new_mode == "100755"
