@@ -23,6 +23,15 @@ _NTFS_TRAILING = re.compile(r"[ .]+(?=/|$)")
 WINDOWS_TWIN = re.compile(r"[^/\n.][ .]+(?=/|\n|$)")
 
 
+def _windows_twin_in(text: str) -> bool:
+    """WINDOWS_TWIN.search over many names joined by newlines. The scan costs 37 ms over
+    100k names; a name part can only end in a dot or space where one stands before a
+    slash, a newline or the end, which a few substring searches rule out first."""
+    if not (" /" in text or "./" in text or " \n" in text or ".\n" in text or text.endswith((" ", "."))):
+        return False
+    return WINDOWS_TWIN.search(text) is not None
+
+
 def spellings(path: str) -> list[str]:
     """The names a path may also have on disk, case-folded: both Unicode normal forms,
     without HFS+-ignorable code points and without NTFS's trailing dots and spaces.
@@ -69,7 +78,7 @@ class Rules:
         forbidden paths are looked at again, to name the rule.
         """
         text = "\n".join(paths)
-        if text.isascii() and text.count("\n") == len(paths) - 1 and not WINDOWS_TWIN.search(text):
+        if text.isascii() and text.count("\n") == len(paths) - 1 and not _windows_twin_in(text):
             plain, odd = paths, []  # no name holds a newline or ends in a dot or space
         else:
             def is_odd(p: str) -> bool:

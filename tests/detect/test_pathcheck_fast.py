@@ -28,11 +28,13 @@ from ccm_guard.pathrules.matcher import _CHUNK, _FEW
 from ccm_guard.pathrules.rules import Rules
 
 # Names that forbid rules catch, in other spellings (case, Unicode forms, "ß" folding to
-# "ss"), with a newline, or not UTF-8 (git's bytes read with surrogateescape).
+# "ss"), with a newline, with trailing dots or spaces, or not UTF-8 (git's bytes read with surrogateescape).
 NAMES = st.sampled_from([
     "src", "tests", "a.py", "A.PY", "test_x.py", "x_test.go", ".env", ".ENV.local", "secret.txt", "Secret.TXT",
     "key.pem", "é", "e\u0301", "É", "ß", "SS", "ss", "sp ace", "odd\nname", "\udcffbytes", "docs", "x.md", "]",
     ".gitattributes", ".GitModules", "node_modules", "lib",
+    # names Windows takes without their trailing dots and spaces (the scan's substring precheck)
+    ".gitattributes.", ".env ", "secret.txt. ", "lib.",
 ])
 PATHS = st.lists(NAMES, min_size=1, max_size=3).map("/".join)
 GLOBS = st.sampled_from(["src", "tests", "*.py", "test_*", "*_test.*", ".env*", "**/secret*", "*.pem", "é*", "ß",
@@ -175,3 +177,13 @@ def test_windows_and_mac_twins_of_a_control_file_are_caught_in_bulk_too() -> Non
     found = rules.violations(filler + twins)
     assert sorted(found) == sorted(twins)
     assert all("the same file on some systems" in why for why in found.values())
+
+
+def test_a_name_windows_takes_without_its_trailing_dot_or_space_is_found_in_a_long_list() -> None:
+    """`lib.` and `lib ` are `lib` on Windows: among many plain names (the whole-text scan),
+    each is still judged by the rule for `lib`, wherever in the name the dot or space is."""
+    rules = Rules(None, ("lib", ".gitattributes"))
+    odd = ["lib.", "lib ", "src/lib./x.py", ".gitattributes .", "lib. /y"]
+    paths = spread(["a.py", "src/b.py"], 300) + odd
+    assert sorted(rules.violations(paths)) == sorted(odd)
+    assert sorted(rules.violations(paths[:-1] + ["tail."])) == sorted(odd[:-1])
