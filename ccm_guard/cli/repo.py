@@ -92,7 +92,7 @@ def check_paths(rev_range: str | None, staged: bool, role: str | None, policy_fi
     The policy is read as committed at HEAD for the staged change, at BASE for a range
     (`verify` judges a range in full). Exit 1 when a path breaks a rule.
     """
-    from ccm_guard.detect.verify import check_paths_command
+    from ccm_guard.detect.checkpaths import check_paths_command
 
     violations = check_paths_command(Path.cwd(), rev_range if not staged else None, role, policy_file)
     if as_json:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ccm_guard import git
+from ccm_guard.detect.checkpaths import resolve_range
 from ccm_guard.detect.context import FAIL, Finding
 from ccm_guard.detect.gates import (
     GateResult,
@@ -27,10 +28,10 @@ from ccm_guard.detect.gates import (
     limit_findings,
     policy_table_edits,
 )
-from ccm_guard.detect.paths import from_raw, link_targets, measure, range_violations
-from ccm_guard.detect.policy_at import for_checkout, policy_at
+from ccm_guard.detect.paths import from_raw, link_targets, measure
+from ccm_guard.detect.policy_at import policy_at
 from ccm_guard.errors import GuardError, UsageError
-from ccm_guard.pathrules.check import Violation, check
+from ccm_guard.pathrules.check import check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,22 +56,6 @@ class RangeReport:
                        "findings": [{"reason": f.reason, "paths": list(f.paths), "severity": f.severity}
                                     for f in g.findings]} for g in self.gates],
         }
-
-
-def resolve_range(repo: git.Repo, rev_range: str) -> tuple[str, str]:
-    """BASE..HEAD as two commit ids; a usage error that says how to write it, or that the
-    base is not in this clone (a shallow CI checkout), otherwise."""
-    base, sep, head = rev_range.partition("..")
-    if not sep or not base or head.startswith("."):
-        raise UsageError(f"{rev_range!r} is not a range of two commits: write it as BASE..HEAD")
-    ids = []
-    for rev in (base, head or "HEAD"):
-        found = git.resolve_commit(repo, rev)
-        if found is None:
-            raise UsageError(f"{rev!r} is not a commit in this repository; in CI fetch the whole history "
-                             "(actions/checkout with fetch-depth: 0, or git fetch origin BASE)")
-        ids.append(found)
-    return ids[0], ids[1]
 
 
 def verify_range(start: Path, rev_range: str, role_name: str | None, override: Path | None) -> RangeReport:
@@ -117,30 +102,6 @@ def github_range() -> str:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UsageError(f"$GITHUB_EVENT_PATH ({path}) names no pull request or push ({exc}): "
                          "give BASE..HEAD") from None
-
-
-def check_paths_command(start: Path, rev_range: str | None, role: str | None,
-                        override: Path | None) -> list[Violation]:
-    """`ccm-guard check-paths`: the staged change, or each commit of REV-RANGE.
-
-    The staged change without a role is a person's own commit (the pre-commit framework's
-    hook): the rules written for agents (no .gitignore, no policy edits) are not theirs,
-    so only what breaks any checkout is checked (case and Unicode twins, symlinks out of
-    the repository, nested repositories). In a task's worktree the guard hooks check the
-    task's role; a team that wants a role on every commit names it (`--role`)."""
-    if rev_range is None:
-        from ccm_guard.detect import staged
-        from ccm_guard.pathrules.rules import Rules
-
-        if role is None and override is None:
-            return staged.violations(Rules(None, ()), str(git.discover(start).toplevel))
-        repo, pol = for_checkout(start, "HEAD", override)
-        checked = pol.role(role)
-        return staged.violations(Rules(checked.allow, checked.forbid), str(repo.work_tree or start))
-    repo = git.discover(start).repo()
-    base, head = resolve_range(repo, rev_range)
-    # The policy at BASE: a range that edits .ccm-guard.toml is not judged by its own edit.
-    return range_violations(repo, policy_at(repo, base, override).role(role), base, head)
 
 
 def _recorded_commits(repo: git.Repo) -> tuple[str, ...]:

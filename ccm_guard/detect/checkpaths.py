@@ -1,0 +1,54 @@
+"""`ccm-guard check-paths`: a role's path rules on the staged change or on each commit of
+a range, and nothing else. Kept apart from verify (which imports the gates) so that a
+pre-commit hook or a CI step that asks only this loads only this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ccm_guard import git
+from ccm_guard.detect.paths import range_violations
+from ccm_guard.detect.policy_at import for_checkout, policy_at
+from ccm_guard.errors import UsageError
+from ccm_guard.pathrules.check import Violation
+
+
+def resolve_range(repo: git.Repo, rev_range: str) -> tuple[str, str]:
+    """BASE..HEAD as two commit ids; a usage error that says how to write it, or that the
+    base is not in this clone (a shallow CI checkout), otherwise."""
+    base, sep, head = rev_range.partition("..")
+    if not sep or not base or head.startswith("."):
+        raise UsageError(f"{rev_range!r} is not a range of two commits: write it as BASE..HEAD")
+    ids = []
+    for rev in (base, head or "HEAD"):
+        found = git.resolve_commit(repo, rev)
+        if found is None:
+            raise UsageError(f"{rev!r} is not a commit in this repository; in CI fetch the whole history "
+                             "(actions/checkout with fetch-depth: 0, or git fetch origin BASE)")
+        ids.append(found)
+    return ids[0], ids[1]
+
+
+
+def check_paths_command(start: Path, rev_range: str | None, role: str | None,
+                        override: Path | None) -> list[Violation]:
+    """`ccm-guard check-paths`: the staged change, or each commit of REV-RANGE.
+
+    The staged change without a role is a person's own commit (the pre-commit framework's
+    hook): the rules written for agents (no .gitignore, no policy edits) are not theirs,
+    so only what breaks any checkout is checked (case and Unicode twins, symlinks out of
+    the repository, nested repositories). In a task's worktree the guard hooks check the
+    task's role; a team that wants a role on every commit names it (`--role`)."""
+    if rev_range is None:
+        from ccm_guard.detect import staged
+        from ccm_guard.pathrules.rules import Rules
+
+        if role is None and override is None:
+            return staged.violations(Rules(None, ()), str(git.discover(start).toplevel))
+        repo, pol = for_checkout(start, "HEAD", override)
+        checked = pol.role(role)
+        return staged.violations(Rules(checked.allow, checked.forbid), str(repo.work_tree or start))
+    repo = git.discover(start).repo()
+    base, head = resolve_range(repo, rev_range)
+    # The policy at BASE: a range that edits .ccm-guard.toml is not judged by its own edit.
+    return range_violations(repo, policy_at(repo, base, override).role(role), base, head)
