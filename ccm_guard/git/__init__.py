@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     )
     from ccm_guard.git.config import (
         config_entries,
+        config_file_create,
         config_file_set,
         global_config_files,
         may_set,
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
     )
     from ccm_guard.git.refs import (
         RefTree,
+        branch_taken,
         check_branch_name,
         delete_ref,
         drop_ref,
@@ -133,7 +135,7 @@ if TYPE_CHECKING:
 __all__ = [
     "binary", "describe_failure", "discover", "Discovered", "environment", "HARDENING", "is_oid", "Repo", "Result",
     "run",
-    "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "ref_trees",
+    "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "branch_taken", "ref_trees",
     "refs_under", "RefTree", "resolve_commit", "set_symbolic_head", "symbolic_head", "try_update_ref", "update_ref",
     "blob_at", "blob_sizes", "blobs", "file_at", "files_at", "hash_file", "hash_files", "object_type",
     "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_midx", "verify_pack",
@@ -145,7 +147,7 @@ __all__ = [
     "IgnoreRule", "refresh_with_index", "reset_hard", "reset_work_tree", "restore_path", "restore_paths", "sparse_set_cone",
     "status", "status_with_index", "StatusEntry", "untracked_matching", "worktree_add", "worktree_add_bare",
     "worktree_list", "worktree_prune", "worktree_remove", "worktree_unlock", "WorktreeEntry",
-    "config_entries", "config_file_set", "global_config_files", "may_set", "remote_url",
+    "config_entries", "config_file_create", "config_file_set", "global_config_files", "may_set", "remote_url",
 ]
 
 

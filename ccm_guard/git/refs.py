@@ -5,10 +5,12 @@ pushing one ref to a remote."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Mapping
 
 from ccm_guard.errors import GitError
+from ccm_guard.files import read_regular
 from ccm_guard.git.core import Repo, describe_failure, is_oid, run
 
 
@@ -32,6 +34,25 @@ def set_symbolic_head(repo: Repo, ref: str) -> None:
 
 def ref_exists(repo: Repo, ref: str) -> bool:
     return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
+
+
+_PACKED_READ = 1 << 26  # a larger packed-refs is left to git
+
+
+def branch_taken(repo: Repo, branch: str) -> bool:
+    """Whether refs/heads/`branch` is there already, so that `worktree add -b` would refuse
+    it: read from the files where refs are files (a loose ref, even a broken one, or a
+    record of packed-refs), no git process on every exec. Any other storage (reftable), or a
+    packed-refs that is not a plain file or is too large, is git's to answer."""
+    common, ref = repo.common_dir, f"refs/heads/{branch}"
+    if os.path.lexists(common / "reftable"):
+        return ref_exists(repo, ref)
+    if os.path.lexists(common / ref):
+        return True
+    packed = read_regular(common / "packed-refs", _PACKED_READ + 1)
+    if packed is None or len(packed) > _PACKED_READ:
+        return os.path.lexists(common / "packed-refs") and ref_exists(repo, ref)
+    return f" {ref}\n".encode() in packed
 
 
 # Names made of these parts are valid branch names by every rule of git-check-ref-format(1)

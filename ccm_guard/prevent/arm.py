@@ -140,11 +140,12 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
     with contextlib.suppress(FileNotFoundError):
         git_log.unlink()  # a resumed task's earlier run is not this run
     shim_dir = _install_shim(log_dir / "bin")
+    who = prepare_agent(command, agent, private, main=Path(task.main_worktree), worktree=pins.worktree)
     with admin_lock(pins.common_dir):
+        config, identity, notes = _worktree_config(pins, main=Path(task.main_worktree), profile=who.profile)
         install.install_worktree(pins.worktree, task=task.id, branch=task.branch, role=role.name, log=refusal_log,
                                  base=task.base, check_paths=role.allow is not None or bool(role.forbid),
-                                 rules=rules, dirs=(pins.admin_dir, pins.common_dir))
-    who = prepare_agent(command, agent, private, main=Path(task.main_worktree), worktree=pins.worktree)
+                                 rules=rules, dirs=(pins.admin_dir, pins.common_dir), config=config)
     env = {
         "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
         "CCM_GUARD_REAL_GIT": git.binary(), "CCM_GUARD_BRANCH": task.branch, "CCM_GUARD_LOG": str(refusal_log),
@@ -154,7 +155,6 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
         "LC_MESSAGES": "C",
         **who.env,
     }
-    identity, notes = _configure_worktree(pins, main=Path(task.main_worktree), profile=who.profile)
     confine, described, writable = landlock(sandbox_mode, no_network, lambda: roots.writable_roots(pins.worktree),
                                             private, ports=(*allow_ports, *who.ports()) if no_network else ())
     if confine is not None:
@@ -213,14 +213,16 @@ def _planted(path: Path) -> bool:
     return path.is_symlink() or (os.path.lexists(path) and not path.is_file())
 
 
-def _configure_worktree(pins: Pins, *, main: Path, profile: str) -> tuple[str | None, tuple[str, ...]]:
-    """The task's own config (config.worktree, read before any global file by the agent's
-    git): the person's identity as their git sees it in their checkout, so the agent's
-    commits are theirs even where identity came from the environment or an includeIf on
-    the checkout's path (aider, finding none, would write "Your Name" into the shared
-    config); and, for aider, an ignore file that adds its tags cache to the person's own
-    global ignores. Returns who the commits are by ("Name <email>", None when nobody), and
-    notes for the verdict."""
+def _worktree_config(pins: Pins, *, main: Path, profile: str
+                     ) -> tuple[list[tuple[str, str]], str | None, tuple[str, ...]]:
+    """The keys for the task's own config (config.worktree, read before any global file by
+    the agent's git; install writes them with core.hooksPath): the person's identity as
+    their git sees it in their checkout, so the agent's commits are theirs even where
+    identity came from the environment or an includeIf on the checkout's path (aider,
+    finding none, would write "Your Name" into the shared config); and, for aider, an
+    ignore file (written here) that adds its tags cache to the person's own global
+    ignores. Returns the keys, who the commits are by ("Name <email>", None when nobody),
+    and notes for the verdict. Called under the admin lock."""
     settings: list[tuple[str, str]] = []  # only WORKTREE_KEYS: disarm takes them out again
     identity = configfile.person_identity(main)
     notes: tuple[str, ...] = ()
@@ -230,21 +232,18 @@ def _configure_worktree(pins: Pins, *, main: Path, profile: str) -> tuple[str | 
         notes = ("git has no identity for commits here (user.name/user.email unset, no GIT_AUTHOR_NAME/EMAIL): "
                  "the agent's commits fail with 'Author identity unknown' unless git can guess one; set them with "
                  "git config --global user.name 'Your Name' and git config --global user.email you@example.com",)
-    config = _task_config(pins)
-    with admin_lock(pins.common_dir):
-        if profile == "aider":
-            # In the task's admin dir: git metadata, so the snapshots judge any change to it.
-            excludes = pins.admin_dir / EXCLUDES
-            try:
-                person = configfile.person_excludes(main).read_bytes()
-            except OSError:
-                person = b""
-            excludes.write_bytes(person + b"\n# aider's repository map cache (ccm-guard)\n/.aider.tags.cache.v4/\n")
-            settings.append(("core.excludesFile", str(excludes)))
-        for key, value in settings:
-            configfile.config_file_set(config, key, value)
+    _task_config(pins)  # refused if planted: git would write through it
+    if profile == "aider":
+        # In the task's admin dir: git metadata, so the snapshots judge any change to it.
+        excludes = pins.admin_dir / EXCLUDES
+        try:
+            person = configfile.person_excludes(main).read_bytes()
+        except OSError:
+            person = b""
+        excludes.write_bytes(person + b"\n# aider's repository map cache (ccm-guard)\n/.aider.tags.cache.v4/\n")
+        settings.append(("core.excludesFile", str(excludes)))
     who = f"{identity['GIT_AUTHOR_NAME']} <{identity['GIT_AUTHOR_EMAIL']}>" if not notes else None
-    return who, notes
+    return settings, who, notes
 
 
 def _install_shim(directory: Path) -> Path:
@@ -315,11 +314,12 @@ def disarm(pins: Pins) -> None:
     with admin_lock(pins.common_dir):
         if _planted(config):
             config.unlink()  # never edit through what the agent put there; the worktree goes anyway
+        # First: a config.worktree as install left it goes whole (its identity keys with it), no git process.
+        install.uninstall_worktree(pins.worktree, restore_shared=False, dirs=(pins.admin_dir, pins.common_dir))
         present = {key for key, _ in _config_pairs(config) or []}
         for key in WORKTREE_KEYS:
             if key.lower() in present:  # one git process for each key that is there, none for the rest
                 configfile.config_file_set(config, key, None)
-        install.uninstall_worktree(pins.worktree, restore_shared=False, dirs=(pins.admin_dir, pins.common_dir))
         if _config_pairs(config) == []:
             config.unlink()
         with contextlib.suppress(FileNotFoundError):

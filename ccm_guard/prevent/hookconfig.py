@@ -13,10 +13,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ccm_guard import git
 from ccm_guard.errors import RepoError
+from ccm_guard.git import config as configfile
 from ccm_guard.prevent.hookfiles import write_atomic
 from ccm_guard.prevent.hookreport import Report
 
@@ -34,15 +35,21 @@ def config_get(path: Path, key: str) -> str | None:
         head = None  # unreadable: git says why
     if head is not None and len(head) <= CONFIG_SCAN_LIMIT and not git.may_set(head, key):
         return None
-    values = [v for k, v in git.config_entries(path) if k == key.lower()]
+    # By content where small: the snapshots parse the same bytes, and git is asked once for both.
+    pairs = configfile.entries(head) if head is not None and len(head) <= CONFIG_SCAN_LIMIT else git.config_entries(path)
+    values = [v for k, v in pairs if k == key.lower()]
     return values[-1] if values else None
 
 
-def config_edit(path: Path, key: str, value: str | None) -> dict[str, Any]:
-    """Change one key and return what undoing it byte for byte needs."""
+def config_edit(path: Path, key: str, value: str | None, also: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """Change one key and return what undoing it byte for byte needs. `also`: more keys set
+    with it, which the undo takes out with the file (or leaves, where the file changed since)."""
     before = path.read_bytes() if path.exists() else None
     mode = path.stat().st_mode & 0o7777 if before is not None else 0o644
-    git.config_file_set(path, key, value)
+    # A new file is written whole, without a git process; an existing one is git's to edit.
+    if before is not None or value is None or not git.config_file_create(path, [(key, value), *also]):
+        for name, setting in ((key, value), *also):
+            git.config_file_set(path, name, setting)
     return {"path": str(path), "key": key, "value": value, "mode": mode, "after": _sha(path),
             "before": None if before is None else base64.b64encode(before).decode()}
 

@@ -88,7 +88,8 @@ def worktree_dirs(worktree: Path) -> tuple[Path, Path]:
 def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: Path,
                      base: str | None = None, allow_refs: Sequence[str] = ("refs/stash",),
                      trailers: Sequence[str] = (), check_paths: bool = True,
-                     rules: dict[str, Any] | None = None, dirs: tuple[Path, Path] | None = None) -> Report:
+                     rules: dict[str, Any] | None = None, dirs: tuple[Path, Path] | None = None,
+                     config: Sequence[tuple[str, str]] = ()) -> Report:
     """Guard one linked worktree with per-worktree hooks; idempotent.
 
     `base`: the commit whose policy pre-commit applies (default: the worktree's HEAD,
@@ -98,6 +99,8 @@ def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: 
     `check_paths=False` leaves pre-commit chain-only, for roles without path rules:
     the policy check is most of what the hooks cost per commit. `dirs`: the worktree's
     (admin dir, common dir) where the caller made it and knows them (no git call to ask).
+    `config`: more keys for the worktree's config.worktree, set with core.hooksPath (in a new
+    worktree the file is written once, with no git process).
     """
     worktree = Path(os.path.realpath(worktree))
     admin, common = dirs or worktree_dirs(worktree)
@@ -126,8 +129,11 @@ def install_worktree(worktree: Path, *, task: str, branch: str, role: str, log: 
               "reference-transaction": True}
     write_chaining_dir(hooks, prev, worktree, settings=str(settings), tasks="", checks=checks, report=report)
     if "edit" not in record:
-        record["edit"] = config_edit(admin / "config.worktree", "core.hooksPath", str(hooks))
+        record["edit"] = config_edit(admin / "config.worktree", "core.hooksPath", str(hooks), also=config)
         report.config.append(f"{admin / 'config.worktree'}: core.hooksPath = {hooks}")
+    else:
+        for key, value in config:
+            git.config_file_set(admin / "config.worktree", key, value)
     (hooks / "install.json").write_text(json.dumps(record))
     return report
 

@@ -65,7 +65,7 @@ def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
     branch = BRANCH_PREFIX + task
     if not git.check_branch_name(branch):
         raise UsageError(f"task id {task!r} does not make a valid branch name: choose another --task")
-    if git.ref_exists(host, f"refs/heads/{branch}"):
+    if git.branch_taken(host, branch):
         raise RepoError(f"branch {branch} already exists, though no task of that id is registered: choose another "
                         f"--task (the branch may hold work: `git log {branch}` shows it)")
     key = repo_key(main)

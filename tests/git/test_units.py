@@ -273,3 +273,45 @@ def test_commit_changes_reads_every_entry_of_every_commit_as_git_wrote_it(repo: 
     assert added.new_blob == gitcmd(repo, "rev-parse", f"{first}:{odd[0]}").strip()
     assert (gone.new_mode, gone.new_blob, gone.old_blob) == ("000000", None, added.new_blob)
     assert by_path[(second, "run.sh")].new_mode == "100755"
+
+
+def test_a_new_config_file_written_directly_reads_back_through_git_as_written(tmp_path: Path) -> None:
+    """config.worktree of a new task is written without git: every value, however spelled,
+    reads back through git's own parser as it was given; a file that exists already, a key
+    with a subsection, or a control character is left to git (nothing written)."""
+    values = {"user.name": 'Zoë "Q" O\'Neil \\ # ; ', "user.email": " lead@space.example\t",
+              "core.hooksPath": "/path with spaces/[x]\nsecond line", "core.excludesFile": "="}
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    path = admin / "config.worktree"
+    assert git.config_file_create(path, list(values.items()))
+    assert dict(git.config_entries(path)) == {key.lower(): value for key, value in values.items()}
+    # The snapshots' parse of these bytes, known without git, is what git lists for them.
+    assert configfile.entries(path.read_bytes()) == git.config_entries(path)
+    assert (path.stat().st_mode & 0o777) == 0o644 and os.listdir(admin) == ["config.worktree"]
+    before = path.read_bytes()
+    assert not git.config_file_create(path, [("user.name", "other")]) and path.read_bytes() == before
+    for pairs in ([("includeIf.gitdir:/x/.path", "/y")], [("user.name", "bell\a")], [("user name", "x")]):
+        fresh = tmp_path / "fresh"
+        assert not git.config_file_create(fresh, pairs) and not os.path.lexists(fresh)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target")
+    assert not git.config_file_create(link, [("user.name", "x")]) and not (tmp_path / "target").exists()
+
+
+def test_a_taken_branch_name_is_found_in_the_files_as_git_finds_it(repo: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loose, packed, absent, a prefix of a packed name, a broken loose file: the answer
+    comes from the files, with no git process."""
+    gitcmd(repo, "branch", "ccm/packed")
+    gitcmd(repo, "pack-refs", "--all")
+    gitcmd(repo, "branch", "ccm/loose")
+    (repo / ".git/refs/heads/ccm/broken").write_text("not an id\n")
+    host = git.Repo(repo / ".git", repo / ".git", repo)
+    from ccm_guard.git import refs
+
+    monkeypatch.setattr(refs, "run", lambda *a, **k: pytest.fail(f"git was run: {a}"))
+    found = {name: git.branch_taken(host, name) for name in ("ccm/packed", "ccm/loose", "ccm/broken", "ccm/pack",
+                                                             "ccm/none", "main")}
+    assert found == {"ccm/packed": True, "ccm/loose": True, "ccm/broken": True, "ccm/pack": False,
+                     "ccm/none": False, "main": True}
