@@ -343,8 +343,15 @@ def read_nofollow(path: Path | str) -> bytes | None:
         return None
     except OSError:
         return b""
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read()
+    try:  # plain os calls: a file object per file was a third of reading 40k refs and reflogs
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _packed_refs(data: bytes) -> dict[str, str]:
