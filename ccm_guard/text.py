@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+MAX_PATHS = 20  # paths shown per finding in a human verdict; --json has them all
+
 # Control characters (C0, DEL, C1) and bidirectional overrides can hide or reorder text
 # on a terminal; anything the agent chose (paths, commit subjects) is shown escaped.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

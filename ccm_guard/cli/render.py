@@ -6,13 +6,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ccm_guard.agent.runner import AgentResult
-from ccm_guard.detect.context import MAX_PATHS
-from ccm_guard.detect.gates import GateResult
-from ccm_guard.detect.verdict import Verdict
-from ccm_guard.text import safe
+from ccm_guard.text import MAX_PATHS, safe
 
 if TYPE_CHECKING:
+    from ccm_guard.agent.runner import AgentResult
+    from ccm_guard.detect.gates import GateResult
+    from ccm_guard.detect.verdict import Verdict
     from ccm_guard.detect.verify import RangeReport
     from ccm_guard.run.fork import Comparison
 

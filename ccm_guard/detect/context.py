@@ -25,7 +25,6 @@ from ccm_guard.state.pins import Pins
 FAIL = "fail"
 WARN = "warn"
 _GONE = Entry("-", 0, "")
-MAX_PATHS = 20  # per finding in the human verdict; --json has them all
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -71,7 +72,9 @@ def config_file_create(path: Path, pairs: Sequence[tuple[str, str]]) -> bool:
         if not (_SECTION.fullmatch(section) and _NAME.fullmatch(name)) or _UNSPELLED.search(value.replace("\n", "")):
             return False
         sections.setdefault(section.lower(), []).append((name, value))
-    if os.path.lexists(path):
+    mode = _new_file_mode()
+    # Values are written as UTF-8: where names are not (another locale), git's own spelling wins.
+    if os.path.lexists(path) or mode is None or sys.getfilesystemencoding() != "utf-8":
         return False
     text = "".join(f"[{section}]\n" + "".join(f'\t{name} = "{_quoted(value)}"\n' for name, value in keys)
                    for section, keys in sections.items())
@@ -80,9 +83,9 @@ def config_file_create(path: Path, pairs: Sequence[tuple[str, str]]) -> bool:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(aside, 0o644)  # as git makes it under the usual umask (mkstemp's is 0600)
+        os.chmod(aside, mode)  # as git would make it (mkstemp's is 0600)
         os.link(aside, path)
-    except FileExistsError:
+    except OSError:  # the name taken meanwhile, or a file system without hard links: git's turn
         return False
     finally:
         os.unlink(aside)
@@ -90,6 +93,19 @@ def config_file_create(path: Path, pairs: Sequence[tuple[str, str]]) -> bool:
         _PARSED[data] = tuple((f"{section}.{name.lower()}", value) for section, keys in sections.items()
                               for name, value in keys)
     return True
+
+
+def _new_file_mode() -> int | None:
+    """0666 less the umask, as git creates a file; the umask read where setting it to learn
+    it would change it for every thread meanwhile. None where it cannot be read."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _quoted(value: str) -> str:

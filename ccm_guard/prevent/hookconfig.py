@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ccm_guard import git
-from ccm_guard.errors import RepoError
+from ccm_guard.errors import GitError, RepoError
 from ccm_guard.git import config as configfile
 from ccm_guard.prevent.hookfiles import write_atomic
 from ccm_guard.prevent.hookreport import Report
@@ -36,7 +36,13 @@ def config_get(path: Path, key: str) -> str | None:
     if head is not None and len(head) <= CONFIG_SCAN_LIMIT and not git.may_set(head, key):
         return None
     # By content where small: the snapshots parse the same bytes, and git is asked once for both.
-    pairs = configfile.entries(head) if head is not None and len(head) <= CONFIG_SCAN_LIMIT else git.config_entries(path)
+    # Bytes git cannot parse are read again by name, for an error that names the file.
+    try:
+        pairs = configfile.entries(head) if head is not None and len(head) <= CONFIG_SCAN_LIMIT else None
+    except GitError:
+        pairs = None
+    if pairs is None:
+        pairs = git.config_entries(path)
     values = [v for k, v in pairs if k == key.lower()]
     return values[-1] if values else None
 

@@ -6,13 +6,14 @@ for a folder that is in no git repository. Nothing downstream asks which one it 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ccm_guard.agent.options import ExecOptions
-from ccm_guard.detect.verdict import Verdict
 from ccm_guard.errors import UsageError
-from ccm_guard.run import exec as runexec
 from ccm_guard.state.registry import COPIED_DIRECTORY, LINKED_WORKTREE, Registry, Task
+
+if TYPE_CHECKING:  # apply, discard and restore need none of exec's machinery (30 ms of imports)
+    from ccm_guard.agent.options import ExecOptions
+    from ccm_guard.detect.verdict import Verdict
 
 
 class Applied(Protocol):
@@ -42,6 +43,8 @@ class LinkedWorktree:
     name: str = LINKED_WORKTREE
 
     def execute(self, opts: ExecOptions, registry: Registry) -> Verdict:
+        from ccm_guard.run import exec as runexec
+
         return runexec.exec_task(opts, registry)
 
     # apply and ops are imported when a task needs them: not on exec's path.
@@ -99,6 +102,8 @@ def of_task(task: Task) -> Strategy:
 
 def execute(opts: ExecOptions, registry: Registry) -> Verdict:
     """`exec`: a linked worktree where the start is in a git repository, else a copy."""
+    from ccm_guard.run import exec as runexec
+
     try:
         return STRATEGIES[LINKED_WORKTREE].execute(opts, registry)
     except runexec.PlainDirectory:

@@ -288,7 +288,9 @@ def test_a_new_config_file_written_directly_reads_back_through_git_as_written(tm
     assert dict(git.config_entries(path)) == {key.lower(): value for key, value in values.items()}
     # The snapshots' parse of these bytes, known without git, is what git lists for them.
     assert configfile.entries(path.read_bytes()) == git.config_entries(path)
-    assert (path.stat().st_mode & 0o777) == 0o644 and os.listdir(admin) == ["config.worktree"]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert (path.stat().st_mode & 0o777) == 0o666 & ~mask and os.listdir(admin) == ["config.worktree"]
     before = path.read_bytes()
     assert not git.config_file_create(path, [("user.name", "other")]) and path.read_bytes() == before
     for pairs in ([("includeIf.gitdir:/x/.path", "/y")], [("user.name", "bell\a")], [("user name", "x")]):
@@ -315,3 +317,36 @@ def test_a_taken_branch_name_is_found_in_the_files_as_git_finds_it(repo: Path,
                                                              "ccm/none", "main")}
     assert found == {"ccm/packed": True, "ccm/loose": True, "ccm/broken": True, "ccm/pack": False,
                      "ccm/none": False, "main": True}
+
+
+def test_a_new_config_file_is_left_to_git_where_it_cannot_be_linked_and_keeps_the_umask(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system without hard links (vfat, some FUSE mounts) refuses link(): nothing is
+    left behind and git writes the file; the file's mode is git's, the umask applied."""
+    from ccm_guard.prevent.hookconfig import config_edit
+
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    old_mask = os.umask(0o077)
+    try:
+        assert git.config_file_create(admin / "a", [("user.name", "A")])
+        assert (admin / "a").stat().st_mode & 0o777 == 0o600
+
+        def no_links(src: object, dst: object) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(os, "link", no_links)
+        assert not git.config_file_create(admin / "b", [("user.name", "B")]) and sorted(os.listdir(admin)) == ["a"]
+        config_edit(admin / "config.worktree", "core.hooksPath", "/x", also=[("user.name", "C")])
+    finally:
+        os.umask(old_mask)
+    assert git.config_entries(admin / "config.worktree") == [("core.hookspath", "/x"), ("user.name", "C")]
+
+
+def test_a_config_git_cannot_parse_is_named_in_the_error_not_a_temp_file(tmp_path: Path) -> None:
+    from ccm_guard.prevent.hookconfig import config_get
+
+    broken = tmp_path / "config"
+    broken.write_text("[core]\n\thooksPath = /x\n[unclosed\n")
+    with pytest.raises(GitError, match=str(broken)):
+        config_get(broken, "core.hooksPath")
