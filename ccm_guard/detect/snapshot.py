@@ -344,10 +344,15 @@ def read_nofollow(path: Path | str) -> bytes | None:
     except OSError:
         return b""
     try:  # plain os calls: a file object per file was a third of reading 40k refs and reflogs
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
+        # A file's size in one read: one too large for memory fails at once, not after
+        # filling it chunk by chunk.
+        data = os.read(fd, os.fstat(fd).st_size + 1)
+        if not data:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 16):  # it grew meanwhile: read to the end, as before
             chunks.append(chunk)
-        return b"".join(chunks)
+        return data if len(chunks) == 1 else b"".join(chunks)
     except OSError:
         return b""
     finally:

@@ -89,9 +89,9 @@ def config_file_create(path: Path, pairs: Sequence[tuple[str, str]]) -> bool:
         return False
     finally:
         os.unlink(aside)
-    if len(data) <= _PARSED_LIMIT:  # what git lists for these bytes (a test holds the two equal)
-        _PARSED[data] = tuple((f"{section}.{name.lower()}", value) for section, keys in sections.items()
-                              for name, value in keys)
+    # What git lists for these bytes (a test holds the two equal).
+    _remember(data, tuple((f"{section}.{name.lower()}", value) for section, keys in sections.items()
+                          for name, value in keys))
     return True
 
 
@@ -239,10 +239,16 @@ def entries(data: bytes) -> list[tuple[str, str]]:
     if len(data) > _PARSED_LIMIT:
         return _parse(data)
     if data not in _PARSED:
-        if len(_PARSED) >= 32:
-            _PARSED.pop(next(iter(_PARSED)))  # the oldest
-        _PARSED[data] = tuple(_parse(data))
+        _remember(data, tuple(_parse(data)))
     return list(_PARSED[data])
+
+
+def _remember(data: bytes, pairs: tuple[tuple[str, str], ...]) -> None:
+    if len(data) > _PARSED_LIMIT:
+        return
+    if len(_PARSED) >= 32:
+        _PARSED.pop(next(iter(_PARSED)))  # the oldest
+    _PARSED[data] = pairs
 
 
 _PARSED_LIMIT = 1 << 16  # larger files are parsed each time, not kept

@@ -23,8 +23,8 @@ from ccm_guard.detect.context import (
     git_or_skip,
 )
 from ccm_guard.detect.gates.repo import git_metadata, main_checkout, refs_untouched
-from ccm_guard.detect.snapshot import read_nofollow
 from ccm_guard.errors import GitError
+from ccm_guard.files import read_regular
 from ccm_guard.pathrules.check import PathChange
 
 if TYPE_CHECKING:
@@ -158,7 +158,6 @@ def config_steered(common: Path, top: Path | None) -> tuple[str, ...]:
 
 
 def _steered(common: Path, top: Path | None) -> list[str]:
-    from ccm_guard.files import read_regular
     from ccm_guard.git.config import global_config_files, hooks_paths, include_targets
 
     if top is None:
@@ -220,7 +219,8 @@ def policy_table_edits(repo: git.Repo, base: str, head: str | None, changes: lis
     before = policy_table(git.file_at(repo, base, POLICY_TABLE_FILE))
     versions = [("committed", git.file_at(repo, head, POLICY_TABLE_FILE) if head else None)]
     if worktree is not None:
-        versions.append(("in the work tree", read_nofollow(worktree / POLICY_TABLE_FILE)))
+        # Bounded: the agent chose this file's size (a larger one is cut, fails to parse, and shows as an edit).
+        versions.append(("in the work tree", read_regular(worktree / POLICY_TABLE_FILE, 1 << 24)))
     for where, data in versions:
         if policy_table(data) != before:
             return [Finding("path-policy", f"{POLICY_TABLE_FILE}: its [tool.ccm-guard] table, the repository's policy, "
