@@ -29,6 +29,9 @@ class Owner(enum.Enum):
 
 # Files every git operation in a worktree may rewrite.
 _EVERYDAY = {"index", "logs/HEAD", "COMMIT_EDITMSG", "ORIG_HEAD", "AUTO_MERGE", "FETCH_HEAD"}
+# The worktree's own stash (under the sandbox `git stash` keeps it there, not on the shared
+# refs/stash: prevent/stash.py); what it holds is reported by the clean-tree gate.
+_OWN_STASH = {"refs", "refs/worktree", "refs/worktree/stash"}
 # State an interrupted merge/rebase/cherry-pick/bisect leaves behind.
 _IN_PROGRESS = re.compile(
     r"^(MERGE_(HEAD|MSG|MODE|RR|AUTOSTASH)|CHERRY_PICK_HEAD|REVERT_HEAD|REBASE_HEAD|BISECT_\w+"
@@ -99,7 +102,7 @@ def classify(key: str, change: str, pins: Pins, main_prefix: str) -> Owner:
     own = f"worktrees/{pins.admin_name}/"
     if rel.startswith(own):
         sub = rel[len(own):]
-        if sub in _EVERYDAY or sub.startswith("logs/") or sub == "HEAD":
+        if sub in _EVERYDAY or sub in _OWN_STASH or sub.startswith("logs/") or sub == "HEAD":
             return Owner.OWN  # HEAD itself is judged by head checks, not here
         return Owner.IN_PROGRESS if _IN_PROGRESS.match(sub) else Owner.CONTROL
     if key.startswith(main_prefix):

@@ -129,13 +129,14 @@ if TYPE_CHECKING:
         symbolic_head,
         try_update_ref,
         update_ref,
+        worktree_stash,
     )
 
 # The query API, as callers use it: `from ccm_guard import git; git.resolve_commit(...)`.
 __all__ = [
     "binary", "describe_failure", "discover", "Discovered", "environment", "HARDENING", "is_oid", "Repo", "Result",
     "run",
-    "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "branch_taken", "ref_trees",
+    "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "branch_taken", "worktree_stash", "ref_trees",
     "refs_under", "RefTree", "resolve_commit", "set_symbolic_head", "symbolic_head", "try_update_ref", "update_ref",
     "blob_at", "blob_sizes", "blobs", "file_at", "files_at", "hash_file", "hash_files", "object_type",
     "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_midx", "verify_pack",

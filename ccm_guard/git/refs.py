@@ -36,6 +36,19 @@ def ref_exists(repo: Repo, ref: str) -> bool:
     return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
 
 
+WORKTREE_STASH = "refs/worktree/stash"
+
+
+def worktree_stash(repo: Repo) -> list[str]:
+    """The commits on a worktree's own stash (refs/worktree/stash, which the shim keeps
+    under ccm-guard's sandbox), newest first; no git process where there is none (a
+    per-worktree ref is never packed)."""
+    if not os.path.lexists(repo.git_dir / WORKTREE_STASH):
+        return []
+    res = run(["rev-list", "--walk-reflogs", WORKTREE_STASH, "--"], repo, check=False)
+    return [oid for oid in res.out.split() if is_oid(oid)] if res.returncode == 0 else []
+
+
 _PACKED_READ = 1 << 26  # a larger packed-refs is left to git
 
 

@@ -30,8 +30,8 @@ from ccm_guard.errors import StateError, UsageError
 from ccm_guard.files import read_regular
 from ccm_guard.git import config as configfile
 from ccm_guard.policy import Role
+from ccm_guard.prevent import hookfiles, roots, sandbox
 from ccm_guard.prevent import hooks as install
-from ccm_guard.prevent import roots, sandbox
 from ccm_guard.prevent.resources import data_file
 from ccm_guard.state import home as state_home
 from ccm_guard.state.home import admin_lock
@@ -159,6 +159,8 @@ def arm(task: Task, pins: Pins, role: Role, command: list[str], *, sandbox_mode:
                                             private, ports=(*allow_ports, *who.ports()) if no_network else ())
     if confine is not None:
         env.update(sandboxed_caches(private))
+        # refs/stash is shared and read-only here: the shim keeps the worktree's own stash.
+        env.update(CCM_GUARD_STASH_PY=hookfiles.interpreter(), CCM_GUARD_STASH_PATH=hookfiles.python_path())
     command, said = with_own_sandbox(who, sandboxed=confine is not None, described=described,
                                      task_roots=lambda: roots.writable_roots(pins.worktree))
     return Armed(command, env, confine, described, who, refusal_log, git_log, writable,

@@ -193,10 +193,15 @@ def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: 
     with progress.step("archiving the task's work"):
         commit = head if clean else git.archive_commit(task_repo, head, f"ccm-guard archive of task {task_id}\n",
                                                        IDENTITY)
+    stashed = git.worktree_stash(task_repo)  # its own stash goes with the worktree: kept as more parents
     if commit == head or git.tree_of(host, commit) == git.tree_of(host, head):
-        if head == base:
+        if head == base and not stashed:
             return None
         commit = head  # everything is committed: the branch tip is the archive
+    if stashed:
+        commit = git.commit_tree(host, git.tree_of(host, commit), [commit, *stashed],
+                                 f"ccm-guard archive of task {task_id}, with its {len(stashed)} stash entries\n",
+                                 IDENTITY)
     return keep_archive(host, task_id, commit)
 
 

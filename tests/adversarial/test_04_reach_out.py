@@ -290,16 +290,17 @@ def test_the_agents_stash_lands_in_the_persons_stash_list_and_is_named(repo: Pat
                                                                        sandbox: str) -> None:
     """refs/stash is shared by every worktree: without the sandbox a task may stash (its own
     work in progress), and the verdict says where that went and what a `git stash pop`
-    would do; with it, the shared ref is not the agent's to write, and the shim says so
-    (git itself says only "Cannot save the current status")."""
+    would do; with it, the shared ref is not the agent's to write: the shim keeps the
+    entry on the worktree's own stash, which the person's never shows, and the verdict
+    names it (tests/prevent/test_stash.py)."""
     agent = write_agent(tmp_path, f"{COMMIT}\necho wip >> src/app.py\ngit stash -q || echo DENIED >&2")
     res = run_exec(repo, agent, "--sandbox", sandbox)
-    hint = "that ref is shared by every worktree, so ccm-guard's sandbox keeps it read-only"
     if sandbox == "landlock":
-        assert "DENIED" in res.stderr and git(repo, "stash", "list") == ""
-        assert hint in res.stderr
+        assert "DENIED" not in res.stderr and git(repo, "stash", "list") == ""
+        assert res.code == 0 and res.status("refs-untouched") == "pass" and res.status("clean-tree") == "warn"
+        assert "1 stash entry left on the worktree's own stash" in res.reasons("clean-tree")
         return
-    assert hint not in res.stderr
+    assert "read-only" not in res.stderr
     assert git(repo, "stash", "list") != ""
     assert res.code == 0 and res.status("refs-untouched") == "warn"
     assert "a `git stash pop` of the agent's entry applies its changes to your checkout" in res.reasons("refs-untouched")

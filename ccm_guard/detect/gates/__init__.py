@@ -45,6 +45,11 @@ def clean_tree(ctx: Context) -> list[Finding]:
     if flagged:
         findings.append(Finding("clean-tree", f"{len(flagged)} tracked file(s) flagged assume-unchanged or "
                                 "skip-worktree in the index: git status does not see their changes", tuple(flagged)))
+    stashed = git_or_skip(lambda: git.worktree_stash(ctx.repo))
+    if stashed:
+        findings.append(Finding("clean-tree", f"{len(stashed)} stash entr{'y' if len(stashed) == 1 else 'ies'} left on "
+                                "the worktree's own stash (git stash list there): not in the task's commits; "
+                                "discarding the task keeps them in its archive", (), "warn"))
     return findings
 
 
