@@ -38,6 +38,7 @@ class WorkWouldBeLost(StateError):
 class Work:
     tip: str | None  # the commit the work sits on
     tree: str | None = None  # everything in it when that is more than the tip's own tree
+    stash: tuple[str, ...] = ()  # the worktree's own stash entries (commits), kept too
 
 
 def ensure_kept(host: git.Repo, work: Work, dropping: tuple[str, ...], what: str) -> str:
@@ -46,16 +47,17 @@ def ensure_kept(host: git.Repo, work: Work, dropping: tuple[str, ...], what: str
     Kept means: a ref holds the tip in its history and, when the work has uncommitted
     changes, that ref's own tree is exactly the work (an archive commit is such a ref).
     """
-    if work.tip is None and (work.tree is None or work.tree in EMPTY_TREES):
+    if work.tip is None and (work.tree is None or work.tree in EMPTY_TREES) and not work.stash:
         return "(nothing to keep)"
     for found in git.ref_trees(host, work.tip):
         if found.ref in dropping or found.ref.startswith(NOT_KEEPERS):
             continue
-        if work.tree is None or found.tree == work.tree:
+        if (work.tree is None or found.tree == work.tree) and git.all_reachable(host, work.stash, found.commit):
             return found.ref
     held = f"commit {work.tip[:12]}" if work.tip else "staged changes"
     raise WorkWouldBeLost(f"refusing to remove {what}: no ref that stays keeps its {held}"
-                          f"{' and its uncommitted work' if work.tree and work.tip else ''}; archive it first "
+                          f"{' and its uncommitted work' if work.tree and work.tip else ''}"
+                          f"{' and its stash entries' if work.stash else ''}; archive it first "
                           f"(`ccm-guard gc --yes` archives to {ARCHIVE_PREFIX}<name>)")
 
 
@@ -94,21 +96,22 @@ def worktree_work(repo: git.Repo) -> Work:
     tip = worktree_head(repo)
     probe = git.archive_commit(repo, tip, "ccm-guard gc: what the worktree holds\n", worktree.IDENTITY)
     tree, tip_tree = git.trees_of(repo, [probe, tip])
-    return Work(tip, None if tree == tip_tree else tree)
+    return Work(tip, None if tree == tip_tree else tree, tuple(git.worktree_stash(repo)))
 
 
 def admin_work(common: Path, admin: Path) -> Work:
     """What a worktree's admin dir still holds once its directory is gone: HEAD and the index."""
     repo = git.Repo(admin, common)
     tip = git.resolve_commit(repo, "HEAD")
+    stash = tuple(git.worktree_stash(repo))
     index = admin / "index"
     if not index.is_file():
-        return Work(tip)
+        return Work(tip, stash=stash)
     tree = git.index_tree(repo, index)
     if tree is None:
         raise StateError(f"{index} cannot be read as a tree (a conflict in progress?): "
                          "delete it if it holds nothing you need, then run gc again")
-    return Work(tip, None if tip and tree == git.tree_of(repo, tip) else tree)
+    return Work(tip, None if tip and tree == git.tree_of(repo, tip) else tree, stash)
 
 
 def unmade_work(host: git.Repo, path: Path, base: str) -> Work:
@@ -164,7 +167,12 @@ def archive_work(host: git.Repo, name: str, work: Work, repo: git.Repo | None) -
     if work.tree:
         commit = git.commit_tree(host, work.tree, [work.tip] if work.tip else [],
                                  f"ccm-guard gc: archive of {name}\n", worktree.IDENTITY)
+    stash = list(work.stash)
+    if commit is None and stash:
+        commit, stash = stash[0], stash[1:]
     assert commit is not None
+    if stash:
+        commit = worktree.with_parents(host, commit, stash, f"ccm-guard gc: archive of {name}, with its stash entries\n")
     git.update_ref(host, ref, commit, message=f"ccm-guard gc: archive {name}")
     return ref
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
@@ -41,12 +41,31 @@ WORKTREE_STASH = "refs/worktree/stash"
 
 def worktree_stash(repo: Repo) -> list[str]:
     """The commits on a worktree's own stash (refs/worktree/stash, which the shim keeps
-    under ccm-guard's sandbox), newest first; no git process where there is none (a
-    per-worktree ref is never packed)."""
-    if not os.path.lexists(repo.git_dir / WORKTREE_STASH):
+    under ccm-guard's sandbox), newest first, each once; no git process where there is none.
+
+    Read from its reflog file, which the agent could write: every entry's new value that
+    is a commit, whatever the others hold (git's own walk stops at the first that is not)."""
+    data = read_regular(repo.git_dir / "logs" / WORKTREE_STASH, _PACKED_READ)
+    if not data:
         return []
-    res = run(["rev-list", "--walk-reflogs", WORKTREE_STASH, "--"], repo, check=False)
-    return [oid for oid in res.out.split() if is_oid(oid)] if res.returncode == 0 else []
+    ids = list(dict.fromkeys(line.split(b" ", 2)[1].decode("ascii", "replace") for line in reversed(data.splitlines())
+                             if line.count(b" ") >= 2))
+    ids = [oid for oid in ids if is_oid(oid)]
+    if not ids:
+        return []
+    res = run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], repo, check=False,
+              input="".join(f"{oid}\n" for oid in ids).encode())
+    commits = {line.split(" ")[0] for line in res.out.splitlines() if line.endswith(" commit")}
+    return [oid for oid in ids if oid in commits]
+
+
+def all_reachable(repo: Repo, commits: Sequence[str], tip: str) -> bool:
+    """Whether every one of `commits` is in `tip`'s history (one git process; none for none)."""
+    if not commits:
+        return True
+    res = run(["rev-list", "--max-count=1", "--stdin"], repo, check=False,
+              input="".join(f"{c}\n" for c in commits).encode() + f"^{tip}\n".encode())
+    return res.returncode == 0 and not res.out.strip()
 
 
 _PACKED_READ = 1 << 26  # a larger packed-refs is left to git

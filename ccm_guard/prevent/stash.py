@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 REF = "refs/worktree/stash"
-_ENTRY = re.compile(r"(?:(?:refs/)?stash)?@\{(\d+)\}|(\d+)")
+_ENTRY = re.compile(r"(?:refs/)?stash@\{(\d+)\}|(\d+)")
 
 
 def main(argv: list[str]) -> int:
@@ -37,6 +37,21 @@ class Stash:
     def __init__(self, globals_: list[str]) -> None:
         self.globals = globals_
         self.env = {**os.environ, "CCM_GUARD_SHIM_ACTIVE": "1", "GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS": "1"}
+        self._git_dir: str | None = None
+
+    def git_dir(self) -> str:
+        if self._git_dir is None:
+            self._git_dir = self.git("rev-parse", "--absolute-git-dir").stdout.strip()
+        return self._git_dir
+
+    def count(self) -> int:
+        """How many entries the stash holds: the lines of its reflog. Not `REF@{0}`, which
+        git answers with the ref's own value when the reflog is empty."""
+        try:
+            with open(os.path.join(self.git_dir(), "logs", REF), "rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except OSError:
+            return 0
 
     def git(self, *args: str, capture: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run([os.environ["CCM_GUARD_REAL_GIT"], *self.globals, *args], env=self.env, text=True,
@@ -96,13 +111,22 @@ class Stash:
             return made.returncode
         commit = made.stdout.strip()
         if not commit:
-            print("No local changes to save")
+            if not quiet:
+                print("No local changes to save")
             return 0
         subject = self.git("log", "-1", "--format=%s", commit).stdout.strip()
+        before = self.count()
+        if before == 0:
+            self._delete()  # a ref left with no entries (a killed drop): a new one must log its entry
         stored = self.git("update-ref", "--create-reflog", "-m", subject, REF, commit, capture=False)
         if stored.returncode != 0:
             return stored.returncode
-        reset = self.git("reset", "--hard", "-q", capture=False)  # as git stash push does after saving
+        if self.count() != before + 1:  # the same commit as the newest entry: git logs no second one
+            print("error: could not save the stash entry (the same changes are the newest entry already); "
+                  "nothing was reset", file=sys.stderr)
+            return 1
+        # Only now, as git stash push does after saving: the changes are in an entry.
+        reset = self.git("reset", "--hard", "-q", "--no-recurse-submodules", capture=False)
         if reset.returncode == 0 and not quiet:
             print(f"Saved working directory and index state {subject}")
         return reset.returncode
@@ -119,12 +143,16 @@ class Stash:
             i += 1
         if len(commits) != 1:
             return self.as_git(args)
-        return self.git("update-ref", "--create-reflog", "-m", message, REF, commits[0], capture=False).returncode
+        commit = self.git("rev-parse", "--verify", "--quiet", f"{commits[0]}^{{commit}}").stdout.strip()
+        if not commit:
+            print(f"error: {commits[0]} is not a commit: cannot store it on the stash", file=sys.stderr)
+            return 1
+        return self.git("update-ref", "--create-reflog", "-m", message, REF, commit, capture=False).returncode
 
     # --- entries ----------------------------------------------------------------------------
 
     def _has_entries(self) -> bool:
-        return self.git("rev-parse", "--verify", "--quiet", REF).returncode == 0
+        return self.count() > 0
 
     def _entry(self, words: list[str], *, ref_only: bool) -> tuple[str | None, list[str]]:
         """The entry the words name (stash@{N}, N, or the newest) as REF@{N}, and the other
@@ -171,7 +199,7 @@ class Stash:
             return self._missing(rest)
         applied = self.git("stash", "apply", *options, entry, capture=False)
         if applied.returncode != 0:
-            print("The stash entry is kept in case you need it again.", file=sys.stderr)
+            print("The stash entry is kept in case you need it again.")
             return applied.returncode
         return self._drop(entry, quiet="-q" in options or "--quiet" in options)
 
@@ -189,7 +217,7 @@ class Stash:
         dropped = self.git("reflog", "delete", "--updateref", "--rewrite", entry, capture=False)
         if dropped.returncode != 0:
             return dropped.returncode
-        if not self.git("rev-parse", "--verify", "--quiet", f"{REF}@{{0}}").stdout.strip():
+        if self.count() == 0:
             self._delete()  # the last one: the ref goes too, as git's does
         if not quiet:
             print(f"Dropped {entry.replace(REF, 'stash')} ({commit})")
@@ -204,9 +232,16 @@ class Stash:
         """The ref and its reflog gone. Not `update-ref -d`: git locks the shared packed-refs
         to delete any ref, which the sandbox does not let it create; a per-worktree ref is
         never packed, so its two files are all of it."""
-        git_dir = self.git("rev-parse", "--absolute-git-dir").stdout.strip()
+        git_dir = self.git_dir()
         for path in (os.path.join(git_dir, REF), os.path.join(git_dir, "logs", REF)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
+                pass
+        # And the directories it made, when empty: an admin dir of everyday files only goes
+        # back to the warm pool.
+        for directory in ("refs/worktree", "refs", "logs/refs/worktree", "logs/refs"):
+            try:
+                os.rmdir(os.path.join(git_dir, directory))
+            except OSError:
                 pass

@@ -199,10 +199,18 @@ def archive(task_repo: git.Repo, host: git.Repo, task_id: str, base: str, head: 
             return None
         commit = head  # everything is committed: the branch tip is the archive
     if stashed:
-        commit = git.commit_tree(host, git.tree_of(host, commit), [commit, *stashed],
-                                 f"ccm-guard archive of task {task_id}, with its {len(stashed)} stash entries\n",
-                                 IDENTITY)
+        commit = with_parents(host, commit, stashed, f"ccm-guard archive of task {task_id}, with its stash entries\n")
     return keep_archive(host, task_id, commit)
+
+
+def with_parents(host: git.Repo, commit: str, more: list[str], message: str) -> str:
+    """A commit with `commit`'s tree and `commit` as first parent that also keeps `more`
+    reachable: at most 64 parents to a commit (an agent's stash can hold any number of
+    entries, and a command line cannot)."""
+    tree = git.tree_of(host, commit)
+    while len(more) > 63:
+        more = [git.commit_tree(host, tree, more[i:i + 64], message, IDENTITY) for i in range(0, len(more), 64)]
+    return git.commit_tree(host, tree, [commit, *more], message, IDENTITY)
 
 
 def keep_archive(host: git.Repo, task_id: str, commit: str) -> str:

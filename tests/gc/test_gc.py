@@ -624,3 +624,34 @@ def test_gc_hands_trash_a_killed_ccm_guard_left_to_a_deleter(tmp_path: Path) -> 
             break
         time.sleep(0.1)
     assert not left.exists()
+
+
+def test_applied_task_whose_worktree_holds_stash_entries_is_archived_with_them(repo: Path, tmp_path: Path) -> None:
+    """Its commits are in the target, but its own stash (refs/worktree/stash, kept under the
+    sandbox) is not: gc archives the entries before the worktree goes."""
+    v = _exec(repo, tmp_path, "t1")
+    wt = Path(v["worktree"])
+    (wt / "feature.txt").write_text("stashed work")
+    entry = git(wt, "stash", "create").strip()
+    git(wt, "update-ref", "--create-reflog", "-m", "WIP", "refs/worktree/stash", entry)
+    git(wt, "checkout", "--", "feature.txt")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge t1", "ccm/t1")
+    Registry().move("t1", "APPLIED")
+    _age("t1", 8 * DAY)
+    proc = ccm("gc", "--yes", cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not wt.exists()
+    archive = _ref(repo, "refs/ccm-guard/archive/t1")
+    assert archive is not None and entry in git(repo, "rev-list", archive).split()
+
+
+def test_an_archive_keeps_any_number_of_stash_entries(repo: Path) -> None:
+    """An agent's stash may hold more entries than a command line can name parents."""
+    host = layout.host_repo(repo / ".git")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+    many = [git(repo, "commit-tree", tree, "-p", head, "-m", f"entry {i}").strip() for i in range(150)]
+    kept = worktree.with_parents(host, head, many, "archive\n")
+    assert cg.all_reachable(host, many, kept) and git(repo, "rev-parse", f"{kept}^1").strip() == head
+    widest = max(len(line.split()) - 1 for line in git(repo, "rev-list", "--parents", kept).splitlines())
+    assert widest <= 64

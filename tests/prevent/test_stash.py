@@ -85,3 +85,26 @@ def test_a_form_not_covered_is_gits_own_and_the_shim_says_why_it_fails(repo: Pat
     res = run_exec(repo, agent, "--no-require-commit")
     assert "DENIED" in res.stderr and "keeps it read-only" in res.stderr and "plain `git stash`" in res.stderr
     assert git(repo, "stash", "list") == ""
+
+
+def test_the_same_change_stashed_again_after_a_pop_is_kept_and_an_empty_stash_says_so(
+        repo: Path, tmp_path: Path) -> None:
+    """After the last pop the ref goes with its reflog (git answers `REF@{0}` with the ref's
+    own value when the reflog is empty): a pop of nothing fails as git's does, and the same
+    change stashed again in the same second is an entry, not lost to a no-op ref update."""
+    agent = write_agent(tmp_path, """
+set -e
+echo done >> README.md && git commit -qam work
+echo wip >> README.md
+git stash -q && git stash pop -q
+git checkout -- README.md
+if git stash pop 2>/dev/null; then echo POPPED-NOTHING >&2; fi
+echo wip >> README.md
+git stash -q && git stash -q && git stash -q || true
+git diff --quiet || { git stash list >&2; echo LOST >&2; }
+""")
+    res = run_exec(repo, agent, "--task", "again")
+    assert "POPPED-NOTHING" not in res.stderr and "LOST" not in res.stderr, res.stderr
+    assert res.status("clean-tree") == "warn" and "1 stash entry left" in res.reasons("clean-tree")
+    entry = git(Path(res.verdict["worktree"]), "rev-parse", "refs/worktree/stash").strip()
+    assert "wip" in git(repo, "show", f"{entry}:README.md")
