@@ -138,11 +138,14 @@ def worktree_steps(host: git.Repo, repo: git.Repo, name: str, dropping: tuple[st
                    seen: Forecast) -> list[str]:
     head = worktree_head(repo)
     dirty = bool(git.status(repo))
-    kept_in = keeper(host, Work(head), dropping)
+    stash = tuple(git.worktree_stash(repo))
+    kept_in = keeper(host, Work(head, stash=stash), dropping)
     if kept_in and not dirty:
         save = f"keep nothing more: its commits are in {kept_in}"
     else:
-        what = " and ".join(w for w, on in (("commits", kept_in is None), ("uncommitted changes", dirty)) if on)
+        parts = (["commits and stash entries" if stash else "commits"] if kept_in is None else []) + \
+            (["uncommitted changes"] if dirty else [])
+        what = " and ".join(parts)
         earlier = ARCHIVE_PREFIX + archive_name(name)
         if dirty and kept_in == earlier:
             # An archive made on top of this HEAD (a discard or gc killed before it removed

@@ -45,7 +45,12 @@ def worktree_stash(repo: Repo) -> list[str]:
 
     Read from its reflog file, which the agent could write: every entry's new value that
     is a commit, whatever the others hold (git's own walk stops at the first that is not)."""
-    data = read_regular(repo.git_dir / "logs" / WORKTREE_STASH, _PACKED_READ)
+    path = repo.git_dir / "logs" / WORKTREE_STASH
+    data = read_regular(path, _PACKED_READ + 1)
+    if data is None and os.path.lexists(path) or data is not None and len(data) > _PACKED_READ:
+        # Fail closed: an entry not read would be an entry not kept (the newest are last).
+        raise GitError(f"{path} is not a plain file of at most {_PACKED_READ >> 20} MiB: its stash entries "
+                       "cannot all be read; look at it by hand (git -C <worktree> stash list) before removing anything")
     if not data:
         return []
     ids = list(dict.fromkeys(line.split(b" ", 2)[1].decode("ascii", "replace") for line in reversed(data.splitlines())

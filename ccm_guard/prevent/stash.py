@@ -115,16 +115,9 @@ class Stash:
                 print("No local changes to save")
             return 0
         subject = self.git("log", "-1", "--format=%s", commit).stdout.strip()
-        before = self.count()
-        if before == 0:
-            self._delete()  # a ref left with no entries (a killed drop): a new one must log its entry
-        stored = self.git("update-ref", "--create-reflog", "-m", subject, REF, commit, capture=False)
-        if stored.returncode != 0:
-            return stored.returncode
-        if self.count() != before + 1:  # the same commit as the newest entry: git logs no second one
-            print("error: could not save the stash entry (the same changes are the newest entry already); "
-                  "nothing was reset", file=sys.stderr)
-            return 1
+        logged = self._log_entry(commit, subject)
+        if logged != 0:
+            return logged
         # Only now, as git stash push does after saving: the changes are in an entry.
         reset = self.git("reset", "--hard", "-q", "--no-recurse-submodules", capture=False)
         if reset.returncode == 0 and not quiet:
@@ -147,7 +140,22 @@ class Stash:
         if not commit:
             print(f"error: {commits[0]} is not a commit: cannot store it on the stash", file=sys.stderr)
             return 1
-        return self.git("update-ref", "--create-reflog", "-m", message, REF, commit, capture=False).returncode
+        return self._log_entry(commit, message)
+
+    def _log_entry(self, commit: str, message: str) -> int:
+        """`commit` as the newest entry, or an error: an entry is a line of the reflog, and
+        git writes none for an update to the value the ref has already."""
+        before = self.count()
+        if before == 0:
+            self._delete()  # a ref left with no entries (a killed drop, a reflog expiry): start it afresh
+        stored = self.git("update-ref", "--create-reflog", "-m", message, REF, commit, capture=False)
+        if stored.returncode != 0:
+            return stored.returncode
+        if self.count() != before + 1:
+            print("error: could not save the stash entry (the same changes are the newest entry already); "
+                  "nothing was reset", file=sys.stderr)
+            return 1
+        return 0
 
     # --- entries ----------------------------------------------------------------------------
 

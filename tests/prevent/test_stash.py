@@ -108,3 +108,30 @@ git diff --quiet || { git stash list >&2; echo LOST >&2; }
     assert res.status("clean-tree") == "warn" and "1 stash entry left" in res.reasons("clean-tree")
     entry = git(Path(res.verdict["worktree"]), "rev-parse", "refs/worktree/stash").strip()
     assert "wip" in git(repo, "show", f"{entry}:README.md")
+
+
+def test_store_after_a_reflog_emptied_under_a_stale_ref_logs_the_entry(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A ref left with an empty reflog (a killed drop, gc's reflog expiry) must not swallow a
+    store of its own value: the entry is logged, and the host sees it."""
+    import shutil
+
+    from ccm_guard import git as cg
+    from ccm_guard.errors import GitError
+    from ccm_guard.prevent.stash import Stash
+
+    head = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "update-ref", "--create-reflog", "-m", "old", "refs/worktree/stash", head)
+    (repo / ".git/logs/refs/worktree/stash").write_text("")
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("CCM_GUARD_REAL_GIT", shutil.which("git") or "git")
+    assert Stash([]).run(["store", "-m", "kept", head]) == 0
+    host = cg.Repo(repo / ".git", repo / ".git", repo)
+    assert cg.worktree_stash(host) == [head]
+    assert Stash([]).run(["store", "-m", "again", head]) == 1  # the newest already: refused, not swallowed
+    assert "could not save" in capsys.readouterr().err
+    log = repo / ".git/logs/refs/worktree/stash"
+    log.unlink()
+    log.symlink_to(repo / "README.md")
+    with pytest.raises(GitError, match="cannot all be read"):
+        cg.worktree_stash(host)
