@@ -54,10 +54,10 @@ def ensure_kept(host: git.Repo, work: Work, dropping: tuple[str, ...], what: str
             continue
         if (work.tree is None or found.tree == work.tree) and git.all_reachable(host, work.stash, found.commit):
             return found.ref
-    held = f"commit {work.tip[:12]}" if work.tip else ("staged changes" if work.tree else "work")
+    held = f"commit {work.tip[:12]}" if work.tip else ("staged changes" if work.tree else "stash entries")
     raise WorkWouldBeLost(f"refusing to remove {what}: no ref that stays keeps its {held}"
                           f"{' and its uncommitted work' if work.tree and work.tip else ''}"
-                          f"{' and its stash entries' if work.stash else ''}; archive it first "
+                          f"{' and its stash entries' if work.stash and (work.tip or work.tree) else ''}; archive it first "
                           f"(`ccm-guard gc --yes` archives to {ARCHIVE_PREFIX}<name>)")
 
 

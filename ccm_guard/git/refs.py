@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from ccm_guard.errors import GitError
@@ -43,25 +44,39 @@ def worktree_stash(repo: Repo) -> list[str]:
     """The commits on a worktree's own stash (refs/worktree/stash, which the shim keeps
     under ccm-guard's sandbox), newest first, each once; no git process where there is none.
 
-    Read from its reflog file, which the agent could write: every entry's new value that
-    is a commit, whatever the others hold (git's own walk stops at the first that is not)."""
-    path = repo.git_dir / "logs" / WORKTREE_STASH
-    data = read_regular(path, _PACKED_READ + 1)
-    if data is None and os.path.lexists(path) or data is not None and len(data) > _PACKED_READ:
-        # Fail closed: an entry not read would be an entry not kept (the newest are last).
-        raise GitError(f"{path} is not a plain file of at most {_PACKED_READ >> 20} MiB: its stash entries "
-                       "cannot all be read; look at it by hand (git -C <worktree> stash list) before removing anything")
-    if not data:
-        return []
-    ids = list(dict.fromkeys(line.split(b" ", 2)[1].decode("ascii", "replace") for line in reversed(data.splitlines())
-                             if line.count(b" ") >= 2))
-    ids = [oid for oid in ids if is_oid(oid)]
+    Read from the files, which the agent could write, and so as to keep too much rather
+    than too little: every value its reflog names (new and old: an expired reflog leaves
+    the ref at a live entry, which the next entry names as its old value) and the ref's
+    own, each that is a commit. What cannot be read whole is an error, never "none"."""
+    ids: list[str] = []
+    for rel in ("logs/" + WORKTREE_STASH, WORKTREE_STASH):
+        data = _read_whole(repo.git_dir / rel)
+        for line in reversed(data.splitlines()):
+            ids += [f.decode("ascii", "replace") for f in line.split(b" ", 2)[:2] if not line.startswith(b"ref:")]
+    ids = [oid for oid in dict.fromkeys(ids) if is_oid(oid) and oid.strip("0")]
     if not ids:
         return []
     res = run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], repo, check=False,
               input="".join(f"{oid}\n" for oid in ids).encode())
     commits = {line.split(" ")[0] for line in res.out.splitlines() if line.endswith(" commit")}
     return [oid for oid in ids if oid in commits]
+
+
+def _read_whole(path: Path) -> bytes:
+    """A file the agent could have written, whole: b"" where there is none, an error where it
+    cannot be read whole (a link, not a plain file, too large, unreadable)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        raise GitError(f"{path} cannot be looked at ({exc.strerror}): its stash entries cannot be read; look at it "
+                       "by hand (git -C <worktree> stash list) before removing anything") from exc
+    data = read_regular(path, _PACKED_READ + 1)
+    if data is None or len(data) > _PACKED_READ:
+        raise GitError(f"{path} is not a plain file of at most {_PACKED_READ >> 20} MiB: its stash entries cannot "
+                       "all be read; look at it by hand (git -C <worktree> stash list) before removing anything")
+    return data
 
 
 def all_reachable(repo: Repo, commits: Sequence[str], tip: str) -> bool:

@@ -33,6 +33,10 @@ def main(argv: list[str]) -> int:
     return Stash(args[:globals_count]).run(args[globals_count + 1:])  # the word after the globals is `stash`
 
 
+class Unreadable(Exception):
+    """The stash's files are not as git leaves them (unreadable, not a file): refuse."""
+
+
 class Stash:
     def __init__(self, globals_: list[str]) -> None:
         self.globals = globals_
@@ -46,12 +50,19 @@ class Stash:
 
     def count(self) -> int:
         """How many entries the stash holds: the lines of its reflog. Not `REF@{0}`, which
-        git answers with the ref's own value when the reflog is empty."""
+        git answers with the ref's own value when the reflog is empty. A reflog that cannot
+        be read is an error, never "none": nothing is deleted or reset on a guess."""
         try:
             with open(os.path.join(self.git_dir(), "logs", REF), "rb") as fh:
                 return sum(1 for line in fh if line.strip())
-        except OSError:
+        except FileNotFoundError:
             return 0
+        except OSError as exc:
+            raise Unreadable(f"error: the stash's reflog cannot be read ({exc.strerror}): nothing was changed") from exc
+
+    def value(self) -> str:
+        """The ref's own value ("" where there is none)."""
+        return self.git("rev-parse", "--verify", "--quiet", REF).stdout.strip()
 
     def git(self, *args: str, capture: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run([os.environ["CCM_GUARD_REAL_GIT"], *self.globals, *args], env=self.env, text=True,
@@ -70,6 +81,13 @@ class Stash:
         return code
 
     def run(self, args: list[str]) -> int:
+        try:
+            return self._run(args)
+        except Unreadable as exc:
+            print(exc, file=sys.stderr)
+            return 1
+
+    def _run(self, args: list[str]) -> int:
         sub, rest = (args[0], args[1:]) if args and not args[0].startswith("-") else ("push", args)
         handler = {"push": self.push, "save": self.save, "list": self.listing, "show": self.show, "apply": self.apply,
                    "pop": self.pop, "drop": self.drop, "clear": self.clear, "store": self.store}.get(sub)
@@ -146,8 +164,10 @@ class Stash:
         """`commit` as the newest entry, or an error: an entry is a line of the reflog, and
         git writes none for an update to the value the ref has already."""
         before = self.count()
-        if before == 0:
-            self._delete()  # a ref left with no entries (a killed drop, a reflog expiry): start it afresh
+        if before == 0 and self.value() == commit:
+            # A ref left at this very value with no entries (a killed drop): started afresh, or
+            # git would log nothing. A ref at another value keeps it as the entry's old value.
+            self._delete()
         stored = self.git("update-ref", "--create-reflog", "-m", message, REF, commit, capture=False)
         if stored.returncode != 0:
             return stored.returncode
@@ -241,11 +261,14 @@ class Stash:
         to delete any ref, which the sandbox does not let it create; a per-worktree ref is
         never packed, so its two files are all of it."""
         git_dir = self.git_dir()
-        for path in (os.path.join(git_dir, REF), os.path.join(git_dir, "logs", REF)):
+        # The reflog first: where it cannot go, the ref stays too, and nothing is lost.
+        for path in (os.path.join(git_dir, "logs", REF), os.path.join(git_dir, REF)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                raise Unreadable(f"error: {path} cannot be removed ({exc.strerror}): the stash is as it was") from exc
         # And the directories it made, when empty: an admin dir of everyday files only goes
         # back to the warm pool.
         for directory in ("refs/worktree", "refs", "logs/refs/worktree", "logs/refs"):

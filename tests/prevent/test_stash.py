@@ -135,3 +135,37 @@ def test_store_after_a_reflog_emptied_under_a_stale_ref_logs_the_entry(repo: Pat
     log.symlink_to(repo / "README.md")
     with pytest.raises(GitError, match="cannot all be read"):
         cg.worktree_stash(host)
+
+
+def test_an_expired_reflog_or_an_unreadable_one_loses_no_entry(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`git reflog expire` empties the reflog and leaves the ref at a live entry: the host
+    keeps it, and a new save keeps it as the new entry's old value. A reflog that cannot be
+    read refuses (helper and host alike), deleting and resetting nothing."""
+    import shutil
+
+    from ccm_guard import git as cg
+    from ccm_guard.errors import GitError
+    from ccm_guard.prevent.stash import Stash
+
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("CCM_GUARD_REAL_GIT", shutil.which("git") or "git")
+    host = cg.Repo(repo / ".git", repo / ".git", repo)
+    (repo / "README.md").write_text("first\n")
+    assert Stash([]).run(["push", "-q"]) == 0
+    live = git(repo, "rev-parse", "refs/worktree/stash").strip()
+    git(repo, "reflog", "expire", "--expire=now", "--all")
+    assert (repo / ".git/logs/refs/worktree/stash").read_text() == "" and cg.worktree_stash(host) == [live]
+    (repo / "README.md").write_text("second\n")
+    assert Stash([]).run(["push", "-q"]) == 0
+    assert live in cg.worktree_stash(host) and len(cg.worktree_stash(host)) == 2
+    newest = git(repo, "rev-parse", "refs/worktree/stash").strip()
+    log = repo / ".git/logs/refs/worktree/stash"
+    log.unlink()
+    log.mkdir()
+    (repo / "README.md").write_text("third\n")
+    assert Stash([]).run(["push", "-q"]) == 1 and "cannot be read" in capsys.readouterr().err
+    assert (repo / "README.md").read_text() == "third\n"  # nothing reset
+    assert git(repo, "rev-parse", "refs/worktree/stash").strip() == newest  # the ref is as it was
+    with pytest.raises(GitError, match="cannot all be read"):
+        cg.worktree_stash(host)
