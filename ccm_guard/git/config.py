@@ -22,6 +22,22 @@ from ccm_guard.git.core import Repo, describe_failure, run
 # --- reading and writing config through git ----------------------------------------------------
 
 
+READ_LIMIT = 1 << 20  # a larger config file is left to git to read by name
+
+
+def file_entries(path: Path, data: bytes | None) -> list[tuple[str, str]]:
+    """The keys of the config file `path`, whose bytes the caller read (`data`; None where it
+    could not): parsed by content where small (the snapshots parse the same bytes, so git is
+    asked once for both), else by git reading the file by name, which also names it in an
+    error (bytes git cannot parse are read again so)."""
+    if data is not None and len(data) <= READ_LIMIT:
+        try:
+            return entries(data)
+        except GitError:
+            pass
+    return config_entries(path)
+
+
 def config_entries(path: Path) -> list[tuple[str, str]]:
     """The key/value pairs of one config file, as git itself parses them; includes not followed.
 

@@ -38,6 +38,7 @@ def ref_exists(repo: Repo, ref: str) -> bool:
 
 
 WORKTREE_STASH = "refs/worktree/stash"
+_READ_LIMIT = 1 << 26  # a larger ref file (packed-refs, a stash reflog) is not read in Python
 
 
 def worktree_stash(repo: Repo) -> list[str]:
@@ -72,9 +73,9 @@ def _read_whole(path: Path) -> bytes:
     except OSError as exc:
         raise GitError(f"{path} cannot be looked at ({exc.strerror}): its stash entries cannot be read; look at it "
                        "by hand (git -C <worktree> stash list) before removing anything") from exc
-    data = read_regular(path, _PACKED_READ + 1)
-    if data is None or len(data) > _PACKED_READ:
-        raise GitError(f"{path} is not a plain file of at most {_PACKED_READ >> 20} MiB: its stash entries cannot "
+    data = read_regular(path, _READ_LIMIT + 1)
+    if data is None or len(data) > _READ_LIMIT:
+        raise GitError(f"{path} is not a plain file of at most {_READ_LIMIT >> 20} MiB: its stash entries cannot "
                        "all be read; look at it by hand (git -C <worktree> stash list) before removing anything")
     return data
 
@@ -88,9 +89,6 @@ def all_reachable(repo: Repo, commits: Sequence[str], tip: str) -> bool:
     return res.returncode == 0 and not res.out.strip()
 
 
-_PACKED_READ = 1 << 26  # a larger packed-refs is left to git
-
-
 def branch_taken(repo: Repo, branch: str) -> bool:
     """Whether refs/heads/`branch` is there already, so that `worktree add -b` would refuse
     it: read from the files where refs are files (a loose ref, even a broken one, or a
@@ -101,8 +99,8 @@ def branch_taken(repo: Repo, branch: str) -> bool:
         return ref_exists(repo, ref)
     if os.path.lexists(common / ref):
         return True
-    packed = read_regular(common / "packed-refs", _PACKED_READ + 1)
-    if packed is None or len(packed) > _PACKED_READ:
+    packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
+    if packed is None or len(packed) > _READ_LIMIT:
         return os.path.lexists(common / "packed-refs") and ref_exists(repo, ref)
     return f" {ref}\n".encode() in packed
 

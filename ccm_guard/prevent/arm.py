@@ -296,16 +296,11 @@ def read_records(log: Path) -> list[dict[str, object]]:
     return found
 
 
-_CONFIG_READ = 1 << 20
-
-
 def _config_pairs(config: Path) -> list[tuple[str, str]] | None:
     """A config file's keys (None: not a regular file, or unreadable), parsed by content when small: the
     run's last snapshot parsed these same bytes, so that takes no git process."""
-    data = read_regular(config, _CONFIG_READ + 1)
-    if data is None:
-        return None
-    return configfile.entries(data) if len(data) <= _CONFIG_READ else configfile.config_entries(config)
+    data = read_regular(config, configfile.READ_LIMIT + 1)
+    return None if data is None else configfile.file_entries(config, data)
 
 
 def disarm(pins: Pins) -> None:

@@ -16,34 +16,23 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ccm_guard import git
-from ccm_guard.errors import GitError, RepoError
+from ccm_guard.errors import RepoError
 from ccm_guard.git import config as configfile
 from ccm_guard.prevent.hookfiles import write_atomic
 from ccm_guard.prevent.hookreport import Report
 
 TRUE = ("true", "yes", "on", "1")
-CONFIG_SCAN_LIMIT = 1 << 20  # a larger config file is left to git to read
-
-
 def config_get(path: Path, key: str) -> str | None:
     if not path.is_file():
         return None
     try:
         with open(path, "rb") as fh:
-            head: bytes | None = fh.read(CONFIG_SCAN_LIMIT + 1)
+            head: bytes | None = fh.read(configfile.READ_LIMIT + 1)
     except OSError:
         head = None  # unreadable: git says why
-    if head is not None and len(head) <= CONFIG_SCAN_LIMIT and not git.may_set(head, key):
+    if head is not None and len(head) <= configfile.READ_LIMIT and not git.may_set(head, key):
         return None
-    # By content where small: the snapshots parse the same bytes, and git is asked once for both.
-    # Bytes git cannot parse are read again by name, for an error that names the file.
-    try:
-        pairs = configfile.entries(head) if head is not None and len(head) <= CONFIG_SCAN_LIMIT else None
-    except GitError:
-        pairs = None
-    if pairs is None:
-        pairs = git.config_entries(path)
-    values = [v for k, v in pairs if k == key.lower()]
+    values = [v for k, v in configfile.file_entries(path, head) if k == key.lower()]
     return values[-1] if values else None
 
 

@@ -179,9 +179,6 @@ class Stash:
 
     # --- entries ----------------------------------------------------------------------------
 
-    def _has_entries(self) -> bool:
-        return self.count() > 0
-
     def _entry(self, words: list[str], *, ref_only: bool) -> tuple[str | None, list[str]]:
         """The entry the words name (stash@{N}, N, or the newest) as REF@{N}, and the other
         words (options); None where a word names no entry of this stash (`ref_only`) or
@@ -191,7 +188,7 @@ class Stash:
         if len(named) > 1:
             return None, options
         if not named:
-            return (f"{REF}@{{0}}" if self._has_entries() else None), options
+            return (f"{REF}@{{0}}" if self.count() else None), options
         found = _ENTRY.fullmatch(named[0])
         if found:
             return f"{REF}@{{{found.group(1) or found.group(2)}}}", options
@@ -203,7 +200,7 @@ class Stash:
         return 1
 
     def listing(self, rest: list[str], args: list[str]) -> int:
-        if not self._has_entries():
+        if not self.count():
             return 0
         shown = self.git("log", "--format=%gD: %gs", "-g", "--first-parent", "-m", *rest, REF, "--")
         sys.stdout.write(shown.stdout.replace(f"{REF}@{{", "stash@{"))
@@ -252,7 +249,7 @@ class Stash:
         return 0
 
     def clear(self, rest: list[str], args: list[str]) -> int:
-        if self._has_entries():
+        if self.count():
             self._delete()
         return 0
 
@@ -268,7 +265,7 @@ class Stash:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise Unreadable(f"error: {path} cannot be removed ({exc.strerror}): the stash is as it was") from exc
+                raise Unreadable(f"error: {path} cannot be removed ({exc.strerror}): the ref is left as it is") from exc
         # And the directories it made, when empty: an admin dir of everyday files only goes
         # back to the warm pool.
         for directory in ("refs/worktree", "refs", "logs/refs/worktree", "logs/refs"):
