@@ -21,7 +21,6 @@ databases, which hold their sessions), and copied into each new private home.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -32,7 +31,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.files import read_regular
 
@@ -40,8 +39,7 @@ from ccm_guard.files import read_regular
 READ_LIMIT = 16 << 20
 
 
-@dataclasses.dataclass(frozen=True)
-class Home:
+class Home(NamedTuple):
     profile: str
     path: Path  # the task's private home for the agent
     env: dict[str, str]  # the variables that point the agent at it
@@ -83,8 +81,7 @@ def _read(path: Path) -> bytes:
     return data if data is not None else f"not a regular file (mode {info.st_mode:o})".encode()
 
 
-@dataclasses.dataclass(frozen=True)
-class _Spec:
+class _Spec(NamedTuple):
     variable: str  # the agent's documented home variable
     default: str  # the home's place under $HOME when the variable is not set
     subdir: str  # inside the variable's directory, where the state lives ("" for itself)

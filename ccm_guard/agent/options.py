@@ -8,6 +8,8 @@ from pathlib import Path
 
 @dataclasses.dataclass
 class ExecOptions:
+    """What `exec` was asked to do, as parsed from its command line."""
+
     command: list[str]
     start: Path
     task: str | None = None

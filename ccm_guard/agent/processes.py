@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import os
 import signal
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -32,8 +31,7 @@ def become_subreaper() -> bool:
         return False
 
 
-@dataclasses.dataclass(frozen=True)
-class Proc:
+class Proc(NamedTuple):
     pid: int
     ppid: int
     state: str
@@ -45,15 +43,26 @@ class Proc:
 
 
 def _stat(pid: int) -> Proc | None:
+    """The process from its stat file alone, named by its command name: reading every
+    process's command line too would double the cost of a walk of /proc (_described reads
+    it for the few a walk finds)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes().decode("utf-8", "replace")
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except OSError:
         return None
     # The command name sits in parentheses and may itself contain ") ".
     rest = raw[raw.rindex(")") + 2:].split()
     name = raw[raw.index("(") + 1: raw.rindex(")")]
-    return Proc(pid, int(rest[1]), rest[0], cmd or name, int(rest[19]))
+    return Proc(pid, int(rest[1]), rest[0], name, int(rest[19]))
+
+
+def _described(proc: Proc) -> Proc:
+    """`proc` with its whole command line, where it can still be read."""
+    try:
+        cmd = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return proc
+    return proc._replace(cmdline=cmd) if cmd else proc
 
 
 def now_ticks() -> int:
@@ -146,7 +155,7 @@ def gits_at_work(roots: list[Path], started_by: float) -> list[Proc]:
         except OSError:
             continue
         if any(_cwd_inside(pid, os.path.realpath(root)) for root in roots):
-            found.append(proc)
+            found.append(_described(proc))
     return found
 
 
@@ -177,7 +186,7 @@ def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
             procs[pid].started >= since and _in(pid, root)
         ):
             found.add(pid)
-    return sorted((procs[p] for p in found if procs[p].state != "Z"), key=lambda p: p.pid)
+    return sorted((_described(procs[p]) for p in found if procs[p].state != "Z"), key=lambda p: p.pid)
 
 
 def using(worktree: Path, marker: str | None) -> list[Proc]:
@@ -188,7 +197,7 @@ def using(worktree: Path, marker: str | None) -> list[Proc]:
     mine = _ancestry(procs)
     wanted = marker.encode() if marker else None
     root = os.path.realpath(worktree)
-    return [proc for pid, proc in sorted(procs.items())
+    return [_described(proc) for pid, proc in sorted(procs.items())
             if pid not in mine and proc.state != "Z" and (
                 (wanted is not None and _has_marker(pid, wanted)) or _in(pid, root))]
 

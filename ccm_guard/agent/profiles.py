@@ -8,12 +8,10 @@ typed: `claude`, `/opt/x/claude.exe`, `node …/@anthropic-ai/claude-code/cli.js
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import tomllib
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 PROFILES = ("codex", "claude", "gemini", "aider", "generic")
 
@@ -32,8 +30,7 @@ _INTERPRETER = re.compile(r"(node|nodejs|bun|deno|python(\d+(\.\d+)?)?|pypy3?)$"
 _INTERPRETER_VALUE_OPTIONS = {"-r", "--require", "--import", "--loader", "-W", "-X", "--max-old-space-size"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """Which agent a command runs, and where the agent's own arguments start in it."""
 
     profile: str
@@ -105,8 +102,7 @@ OUTER = "danger-full-access"
 _SHORT = {"-s": "--sandbox", "-c": "--config", "-p": "--profile"}
 
 
-@dataclasses.dataclass(frozen=True)
-class _Setting:
+class _Setting(NamedTuple):
     at: int  # the word that holds the value
     prefix: str  # what comes before the value in that word ("", "--sandbox=", "-s")
     option: str  # --sandbox, --config or --profile
@@ -189,6 +185,8 @@ def codex_workspace_write(args: list[str], codex_home: Path | None) -> bool:
 
 
 def _toml(path: Path) -> dict[str, Any]:
+    import tomllib  # here: only a codex run reads its config.toml
+
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)

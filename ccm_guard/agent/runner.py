@@ -82,6 +82,8 @@ def resolve_command(command: list[str], env: Mapping[str, str], cwd: Path) -> li
 
 @dataclasses.dataclass
 class AgentResult:
+    """How the agent's process ended, and where its output went."""
+
     exit_code: int | None  # None when killed by a signal
     signal: int | None
     timed_out: bool

@@ -25,6 +25,8 @@ TAIL_LINES = 20
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
+    """How a setup or check step (one or more shell commands) ended."""
+
     commands: tuple[str, ...]
     failed: str | None  # the command that failed (None: all passed)
     exit_code: int | None  # of the failed command (None: killed by a signal or timed out)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import shutil
 import stat
 import time
@@ -40,6 +39,8 @@ from ccm_guard.state.registry import TRANSITIONS, Registry, Task
 
 @dataclasses.dataclass(frozen=True)
 class CopyApplied:
+    """What applying a copied directory's task into the original did."""
+
     task: str
     target: str  # the original directory
     strategy: str
@@ -192,7 +193,7 @@ def _stage(source: Path, copy: Path, writes: list[Change]) -> dict[str, Path]:
     try:
         for c in writes:
             assert c.after is not None
-            tmp = _stage_dir(source, c.path) / f".ccm-guard-apply-{secrets.token_hex(6)}"
+            tmp = _stage_dir(source, c.path) / f".ccm-guard-apply-{os.urandom(6).hex()}"
             if c.after.kind == "l":
                 os.symlink(os.readlink(copy / c.path), tmp)
             else:
@@ -252,7 +253,7 @@ def _archive(copy: Path, task_id: str) -> Path:
     """Move `copy` to a new place in the archive; return that place."""
     archive = home() / "archive" / "copies" / copy.parent.name / task_id
     if os.path.lexists(archive):
-        archive = archive.with_name(f"{task_id}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}")
+        archive = archive.with_name(f"{task_id}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}")
     archive.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(copy), str(archive))  # a rename: both live under the state home
     with contextlib.suppress(OSError):

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 import shutil
 import stat
 import time
@@ -50,6 +49,8 @@ __all__ = ["STRATEGY", "Checks", "CopyApplied", "CopyVerdict", "apply_copy", "di
 
 @dataclasses.dataclass(frozen=True)
 class CopyPlan:
+    """Where a run on a copy of a non-git directory keeps the copy and its logs."""
+
     source: Path
     task_id: str
     copy: Path
@@ -75,7 +76,7 @@ def exec_copied(opts: ExecOptions, registry: Registry) -> Verdict:
     except BaseException:
         _abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
-    marker = f"{task.id}:{secrets.token_hex(8)}"
+    marker = f"{task.id}:{os.urandom(8).hex()}"
     env = {**_agent_env(opts, task.id, plan.copy, private, marker), **who.env,
            **(prevention.sandboxed_caches(private) if confine is not None else {})}
     command, said = prevention.with_own_sandbox(who, sandboxed=confine is not None, described=described,

@@ -29,6 +29,8 @@ STRATEGY = COPIED_DIRECTORY  # the strategy's name: in the task's options, its m
 
 @dataclasses.dataclass(frozen=True)
 class Item:
+    """One entry of a directory manifest."""
+
     kind: str  # "f" file, "l" symlink, "d" directory, "o" anything else (never copied)
     mode: int  # permission bits
     size: int
@@ -196,6 +198,8 @@ def read_manifest(task: Task) -> dict[str, Item]:
 
 @dataclasses.dataclass(frozen=True)
 class Change:
+    """How one path differs between two manifests."""
+
     path: str
     status: str  # "A" added, "D" deleted, "M" content or mode, "T" kind changed
     before: Item | None

@@ -9,7 +9,6 @@ a settings or instructions file is a note.
 from __future__ import annotations
 
 import json
-import tomllib
 from typing import Any, Mapping
 
 from ccm_guard.detect.context import FAIL, WARN, Finding
@@ -104,6 +103,8 @@ def _parser(name: str) -> Any:
     if name.endswith(".json"):
         return lambda data: _as_dict(json.loads(data) if data else {})
     if name.endswith(".toml"):
+        import tomllib  # here: only a home with .toml files to watch (codex's) parses TOML
+
         return lambda data: _as_dict(tomllib.loads(data.decode()) if data else {})
     return None
 

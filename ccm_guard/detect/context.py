@@ -29,6 +29,8 @@ _GONE = Entry("-", 0, "")
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
+    """One thing a gate found: why, which paths, and whether it fails the run or warns."""
+
     gate: str
     reason: str
     paths: tuple[str, ...] = ()

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from ccm_guard.detect import objects
 from ccm_guard.detect.snapshot import Snapshot
@@ -39,15 +40,13 @@ _IN_PROGRESS = re.compile(
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class FileChange:
+class FileChange(NamedTuple):
     key: str  # "common/<rel>", "pointer" or "include/<abs path>"
     change: str  # "added", "removed", "modified"
     owner: Owner
 
 
-@dataclasses.dataclass(frozen=True)
-class RefChange:
+class RefChange(NamedTuple):
     ref: str
     before: str | None
     after: str | None
@@ -55,6 +54,8 @@ class RefChange:
 
 @dataclasses.dataclass
 class Delta:
+    """What changed in the git metadata between two snapshots."""
+
     files: list[FileChange]
     refs: list[RefChange]
     objects: objects.ObjectDelta

@@ -51,6 +51,8 @@ def _is_fanout(name: str) -> bool:
 
 @dataclasses.dataclass
 class ObjectDelta:
+    """What changed in the object store between two snapshots."""
+
     added: int
     removed: list[str]
     altered: list[str]  # existing objects whose content no longer matches their name

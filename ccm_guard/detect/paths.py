@@ -7,11 +7,10 @@ addition (both sides are checked), and then what is left uncommitted in the work
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, cast
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, cast
 
 from ccm_guard import git
 from ccm_guard.pathrules.check import (
@@ -67,8 +66,7 @@ def _disk_mode(path: Path) -> str:
     return EXECUTABLE if st.st_mode & 0o111 else "100644"
 
 
-@dataclasses.dataclass(frozen=True)
-class Figures:
+class Figures(NamedTuple):
     files: int  # paths changed, committed or not
     largest: tuple[int, str]  # the largest file the run left, and its path
     added_bytes: int  # how much the changed files grew, in all

@@ -38,6 +38,8 @@ _TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\s*:\s|\s")
 
 @dataclasses.dataclass(frozen=True)
 class RecoveryResult:
+    """What the host-side commit of sandbox-blocked work committed, and what it left."""
+
     commit: str | None  # the new commit, None when nothing was committed
     committed: tuple[str, ...]  # paths in the commit
     refused: tuple[str, ...]  # changed paths the policy does not allow, left in the work tree

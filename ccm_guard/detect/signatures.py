@@ -25,11 +25,11 @@ agent LC_MESSAGES=C if it wants recovery to work under another language.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 REASONS = ("Operation not permitted", "Permission denied", "Read-only file system")
 
@@ -51,8 +51,7 @@ _SIGNATURE = re.compile(
 _SHARED_TOP = frozenset({"packed-refs.lock", "config.lock", "shallow.lock"})
 
 
-@dataclasses.dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     line: str  # the matching line, colour codes and surrounding blanks removed
     lock: Path  # the lock file git could not create, its directory's real path
     reason: str  # one of REASONS

@@ -17,7 +17,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any, Collection, Iterator, NamedTuple
 
 from ccm_guard import git
 from ccm_guard.detect import objects
@@ -38,8 +38,7 @@ PATH_LIMIT = 3072  # directories with longer paths are not listed (PATH_MAX is 4
 _SKIP_TOP = {"objects", "refs", "packed-refs"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     kind: str  # "f" file, "d" directory, "l" symlink, "o" anything else
     mode: int
     digest: str  # sha256 of a file's bytes, a symlink's target, or "id:<ino>:<size>:<mtime>:<ctime>"
@@ -47,6 +46,8 @@ class Entry:
 
 @dataclasses.dataclass
 class Snapshot:
+    """The git metadata a run could touch, read from the files at one moment."""
+
     files: dict[str, Entry]  # "common/<rel>" and "pointer" (the worktree's .git file)
     contents: dict[str, bytes]  # the bytes of config files, for key-by-key reports
     refs: dict[str, str]  # refname -> "<sha>" or "ref: <target>" or "symlink: <target>"

@@ -61,6 +61,8 @@ UNFINISHED_WORK_GATES = frozenset({"new-commit", "clean-tree"})
 
 @dataclasses.dataclass
 class Verdict:
+    """Everything known about a finished run: the agent, its commits, the gates, what became of the worktree."""
+
     task: str
     branch: str
     base: str

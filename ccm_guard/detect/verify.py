@@ -36,6 +36,8 @@ from ccm_guard.pathrules.check import check
 
 @dataclasses.dataclass(frozen=True)
 class RangeReport:
+    """The gates' judgement of a commit range (`verify`, `check-paths`)."""
+
     base: str
     head: str
     role: str

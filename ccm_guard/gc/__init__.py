@@ -70,6 +70,8 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 @dataclasses.dataclass(frozen=True)
 class Options:
+    """What gc removes: age thresholds, and optionally one repository only."""
+
     older_than: float = 7 * 86400.0
     archive_days: float = 30.0
     repo: Path | None = None  # a common dir: only this repository

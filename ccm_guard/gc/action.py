@@ -32,6 +32,8 @@ TASK_BRANCHES = "refs/heads/" + worktree.BRANCH_PREFIX
 
 @dataclasses.dataclass
 class Action:
+    """One thing gc found to repair or remove, and what became of it."""
+
     kind: str  # dead-lock, interrupted-apply, abandoned-run, orphan-row, stale-task, orphan-dir, orphan-branch,
     #            prune, expired-archive, expired-row, repo-gone
     repo: str  # the repository's common dir ("" when it cannot be told)

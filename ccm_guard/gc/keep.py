@@ -36,6 +36,8 @@ class WorkWouldBeLost(StateError):
 
 @dataclasses.dataclass(frozen=True)
 class Work:
+    """The commits a worktree holds that must stay reachable before it goes."""
+
     tip: str | None  # the commit the work sits on
     tree: str | None = None  # everything in it when that is more than the tip's own tree
     stash: tuple[str, ...] = ()  # the worktree's own stash entries (commits), kept too

@@ -24,6 +24,8 @@ _LOCK_REASON = re.compile(r"ccm-guard pid (\d+) task (\S+)")
 
 @dataclasses.dataclass(frozen=True)
 class AdminEntry:
+    """One linked worktree's admin dir, as gc reads it."""
+
     admin: Path  # <common>/worktrees/<name>
     gitfile: Path | None  # the worktree's `.git` file, as the admin dir's `gitdir` names it
     locked: str | None  # the lock reason ("" when locked without one)

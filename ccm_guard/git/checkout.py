@@ -7,10 +7,9 @@ and untracked files), including the pool's work trees that have only a private i
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
@@ -42,8 +41,7 @@ def worktree_unlock(repo: Repo, path: Path) -> None:
     run(["worktree", "unlock", str(path)], repo, cwd="/")
 
 
-@dataclasses.dataclass(frozen=True)
-class WorktreeEntry:
+class WorktreeEntry(NamedTuple):
     path: Path
     head: str | None
     branch: str | None  # full ref name, None when detached
@@ -118,8 +116,7 @@ def sparse_set_cone(repo: Repo, directories: Sequence[str]) -> None:
 # --- what is in a work tree --------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class StatusEntry:
+class StatusEntry(NamedTuple):
     code: str  # "??" untracked, "!!" ignored, "UU"-style unmerged, else the XY pair
     path: str
     head_mode: str = "000000"  # the mode in HEAD (tracked entries only)
@@ -198,8 +195,7 @@ def untracked_matching(repo: Repo, patterns: Path) -> list[str]:
     return run(["ls-files", "--others", "--ignored", f"--exclude-from={patterns}", "--directory", "-z"], repo).z()
 
 
-@dataclasses.dataclass(frozen=True)
-class IgnoreRule:
+class IgnoreRule(NamedTuple):
     source: str  # the ignore file, relative to the work tree when it is in it
     line: str
     pattern: str

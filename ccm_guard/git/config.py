@@ -8,13 +8,12 @@ stop running git on that repository.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
@@ -227,8 +226,7 @@ def is_dangerous(key: str, value: str) -> bool:
     return bool(_DANGEROUS.match(generic_key(key)))
 
 
-@dataclasses.dataclass(frozen=True)
-class ConfigChange:
+class ConfigChange(NamedTuple):
     key: str
     before: tuple[str, ...]
     after: tuple[str, ...]

@@ -22,19 +22,17 @@ nothing from them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError, NotARepository, RepoError, UntrustedRepoError
 from ccm_guard.git.base import HARDENING, binary, describe
 from ccm_guard.git.base import environment as hardened_environment
 
 
-@dataclasses.dataclass(frozen=True)
-class Repo:
+class Repo(NamedTuple):
     """Where git must look, pinned: never rediscovered from files the agent controls."""
 
     git_dir: Path  # a linked worktree's admin dir, or the common dir itself
@@ -45,11 +43,10 @@ class Repo:
     untrusted: str | None = None
 
     def distrust(self, reason: str) -> "Repo":
-        return dataclasses.replace(self, untrusted=reason)
+        return self._replace(untrusted=reason)
 
 
-@dataclasses.dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     args: tuple[str, ...]
     returncode: int
     stdout: bytes
@@ -140,8 +137,7 @@ def describe_failure(result: Result) -> str:
 # --- discovery (runs on the person's repository, before any agent exists) -----------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Discovered:
+class Discovered(NamedTuple):
     git_dir: Path
     common_dir: Path
     toplevel: Path

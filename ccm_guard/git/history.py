@@ -38,8 +38,7 @@ def has_any_commit(repo: Repo) -> bool:
     return bool(run(["rev-list", "-n1", "--all"], repo).out.strip())
 
 
-@dataclasses.dataclass(frozen=True)
-class MergeResult:
+class MergeResult(NamedTuple):
     tree: str | None  # None when the merge conflicts
     conflicts: dict[str, str]  # path -> git's CONFLICT message
 
@@ -140,6 +139,8 @@ def _log(repo: Repo, base: str, head: str) -> list[tuple[str, str, str, str, lis
 
 @dataclasses.dataclass(frozen=True)
 class FileStat:
+    """Lines added and deleted in one file (`git diff --numstat`)."""
+
     path: str
     added: int | None  # None for binary files
     deleted: int | None

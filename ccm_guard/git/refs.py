@@ -4,11 +4,10 @@ pushing one ref to a remote."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
@@ -159,8 +158,7 @@ def refs_under(repo: Repo, prefix: str) -> dict[str, str]:
 # --- gc: which refs keep a piece of work -----------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class RefTree:
+class RefTree(NamedTuple):
     ref: str
     commit: str
     tree: str  # the tree of the commit the ref points at (an annotated tag is peeled)

@@ -14,7 +14,7 @@ import errno
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from ccm_guard.errors import UsageError
 from ccm_guard.files import open_regular
@@ -36,6 +36,8 @@ class PolicyError(UsageError):
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
+    """The size limits a role sets on a run (None: no limit)."""
+
     max_file_bytes: int | None = None  # the largest file the run may add or change
     max_added_bytes: int | None = None  # bytes the run may add in all (growth of changed files)
     max_files: int | None = None  # paths the run may change
@@ -44,6 +46,8 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class Role:
+    """What an agent in this role may do: paths, commits, limits, what git may be asked."""
+
     name: str
     allow: tuple[str, ...] | None = None  # gitignore-style; None: everything not forbidden
     forbid: tuple[str, ...] = ()
@@ -96,6 +100,8 @@ _ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 @dataclasses.dataclass
 class Policy:
+    """The roles in force for a repository, and the files they came from."""
+
     roles: dict[str, Role]
     default_role: str
     files: list[str]  # the files that contributed, in order
@@ -108,8 +114,7 @@ class Policy:
         return self.roles[name]
 
 
-@dataclasses.dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """A policy file's text and the name to blame in errors (a path, or REV:path)."""
 
     name: str

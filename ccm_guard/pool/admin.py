@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,7 +34,7 @@ from ccm_guard.state.registry import Registry
 
 
 def new_id() -> str:
-    return "p-" + secrets.token_hex(4)
+    return "p-" + os.urandom(4).hex()
 
 
 def pool_home(config: RepoConfig) -> Path:
@@ -44,6 +43,8 @@ def pool_home(config: RepoConfig) -> Path:
 
 @dataclasses.dataclass
 class FillReport:
+    """What a pool fill made."""
+
     repo: str
     size: int
     base: str
@@ -190,6 +191,8 @@ def _adopt(registry: Registry, entry: Entry) -> bool:
 
 @dataclasses.dataclass
 class DrainReport:
+    """What a pool drain removed, and what it left out with a task."""
+
     repo: str
     destroyed: list[str]
     left_with_tasks: list[str]  # out with a task: removed (not returned) when the task is

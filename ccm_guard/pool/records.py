@@ -53,6 +53,8 @@ CREATE TABLE IF NOT EXISTS pool_repos (
 
 @dataclasses.dataclass
 class Entry:
+    """One warm worktree of the pool, as the registry records it."""
+
     id: str
     repo: str
     home: str
@@ -80,6 +82,8 @@ class Entry:
 
 @dataclasses.dataclass
 class RepoConfig:
+    """A repository's pool settings, as the registry records them."""
+
     repo: str
     size: int
     rev: str

@@ -67,6 +67,8 @@ class Agent:
 
 @dataclasses.dataclass
 class Armed:
+    """What the agent is started with: its command, environment, sandbox and guards."""
+
     command: list[str]  # the agent's command, with what its profile adds
     env: dict[str, str]
     confine: Callable[[], None] | None  # the Landlock ruleset's enforce, run in the child

@@ -7,10 +7,9 @@ import dataclasses
 import hashlib
 import json
 import os
-import secrets
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from ccm_guard import failpoints, git, progress, worktree
 from ccm_guard.agent import processes, runner
@@ -112,8 +111,7 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class Ready:
+class Ready(NamedTuple):
     """A task about to start its agent: made, armed, and its baseline taken."""
 
     task: Task
@@ -315,7 +313,7 @@ def _environment(opts: ExecOptions, task: Task, pins: Pins, armed: prevention.Ar
                  ) -> tuple[dict[str, str], str]:
     """The agent's (and the setup step's) environment, and the marker every process of the
     run carries in it: how ccm-guard finds the processes it must stop."""
-    marker = f"CCM_GUARD_RUN={task.id}:{secrets.token_hex(8)}"
+    marker = f"CCM_GUARD_RUN={task.id}:{os.urandom(8).hex()}"
     env = runner.agent_environment(os.environ, opts.keep_env, {
         **armed.env, "CCM_GUARD_TASK": task.id, "CCM_GUARD_WORKTREE": str(pins.worktree),
         "CCM_GUARD_SUMMARY": str(Path(task.log_dir, "agent", "summary")),

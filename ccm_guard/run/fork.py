@@ -76,6 +76,8 @@ def child_args(opts: ExecOptions, task_id: str) -> list[str]:
 
 @dataclasses.dataclass
 class ForkRun:
+    """One fork's process while a fork group runs."""
+
     task: str
     exit_code: int | None = None
     error: str | None = None  # the fork's exec failed before it had a verdict
@@ -292,6 +294,8 @@ def _become_fork(entry: Callable[[list[str]], None], args: list[str], cwd: Path,
 
 @dataclasses.dataclass(frozen=True)
 class Fork:
+    """One fork's line in a fork group's comparison."""
+
     task: str
     status: str
     outcome: str | None  # None: the fork has no verdict (killed, or still running)
@@ -311,6 +315,8 @@ class Fork:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
+    """A fork group's forks side by side."""
+
     group: str
     base: str
     forks: tuple[Fork, ...]

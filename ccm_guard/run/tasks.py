@@ -5,8 +5,7 @@ for a folder that is in no git repository. Nothing downstream asks which one it 
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ccm_guard.errors import UsageError
 from ccm_guard.state.registry import COPIED_DIRECTORY, LINKED_WORKTREE, Registry, Task
@@ -38,8 +37,7 @@ class Strategy(Protocol):
         """Bring a discarded task back from its archive."""
 
 
-@dataclasses.dataclass(frozen=True)
-class LinkedWorktree:
+class LinkedWorktree(NamedTuple):
     name: str = LINKED_WORKTREE
 
     def execute(self, opts: ExecOptions, registry: Registry) -> Verdict:
@@ -64,8 +62,7 @@ class LinkedWorktree:
         return ops.restore(registry, task.id)
 
 
-@dataclasses.dataclass(frozen=True)
-class CopiedDirectory:
+class CopiedDirectory(NamedTuple):
     name: str = COPIED_DIRECTORY
 
     # The copy modules are imported when a task needs them: most runs are in a repository.

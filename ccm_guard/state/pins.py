@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
+from typing import NamedTuple
 
 # ccm-guard's own refs in the repository: a task's archived work, and its snapshots.
 ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
 SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
 
 
-@dataclasses.dataclass(frozen=True)
-class Pins:
+class Pins(NamedTuple):
     """Absolute paths recorded when the task was created, before the agent existed."""
 
     worktree: Path

@@ -10,7 +10,6 @@ import fcntl
 import json
 import os
 import re
-import secrets
 import sqlite3
 import time
 from pathlib import Path
@@ -67,6 +66,8 @@ LIVE = ("PENDING", "CREATED", "ACTIVE", "BLOCKED", "COMMITTED", "ERRORED")
 
 @dataclasses.dataclass
 class Task:
+    """One task's registry row."""
+
     id: str
     repo: str
     main_worktree: str
@@ -303,7 +304,7 @@ def _write(db: sqlite3.Connection, sql: str, params: Any = ()) -> None:
 
 
 def new_task_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    return time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
 
 
 def sanitise_task_id(raw: str) -> str:

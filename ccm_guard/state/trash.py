@@ -19,7 +19,6 @@ import dataclasses
 import errno
 import fcntl
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -63,7 +62,7 @@ def discard(path: Path) -> Path | None:
         return None
     trash = trash_dir()
     trash.mkdir(parents=True, exist_ok=True)
-    entry = trash / f"{time.time_ns()}-{os.getpid()}-{secrets.token_hex(3)}-{path.name}"
+    entry = trash / f"{time.time_ns()}-{os.getpid()}-{os.urandom(3).hex()}-{path.name}"
     try:
         os.rename(path, entry)
     except OSError as exc:
@@ -140,6 +139,8 @@ def drop_admin(admin_dir: Path, worktree: Path) -> bool:
 
 @dataclasses.dataclass
 class SweepReport:
+    """What a sweep of the trash deleted, and what it left to a deleter at work."""
+
     deleted: list[str] = dataclasses.field(default_factory=list)
     busy: list[str] = dataclasses.field(default_factory=list)  # a deleter is at work on them
 

@@ -7,12 +7,12 @@ under the state home, so the person's checkout is never touched.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from ccm_guard import failpoints, git, progress
 from ccm_guard.agent import processes
@@ -41,8 +41,7 @@ IDENTITY = {
 BRANCH_PREFIX = "ccm/"
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """Everything decided and checked before anything is written."""
 
     main: git.Discovered

@@ -32,6 +32,8 @@ PUSH_RETRIES = 10
 
 @dataclasses.dataclass(frozen=True)
 class Target:
+    """Where a task is applied: a local branch, or a remote one to push to."""
+
     ref: str  # refs/heads/<branch>
     url: str | None = None  # a remote target: where to push
 
@@ -43,6 +45,8 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class Applied:
+    """What applying a task did to its target."""
+
     task: str
     target: str
     strategy: str

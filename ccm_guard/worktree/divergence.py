@@ -20,6 +20,8 @@ from ccm_guard.worktree.rollback import snapshots
 
 @dataclasses.dataclass(frozen=True)
 class Divergence:
+    """How a task and its target have moved apart since the task began."""
+
     target: str
     task_commits: int  # base..head
     target_commits: int  # base..target: how far the target moved since the task began

@@ -49,6 +49,8 @@ class Included:
 
 @dataclasses.dataclass
 class IncludeResult:
+    """What .worktreeinclude brought into a new worktree, and what it skipped."""
+
     source: str | None  # the .worktreeinclude read; None when the checkout has none
     included: list[Included] = dataclasses.field(default_factory=list)
     skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (path, why)

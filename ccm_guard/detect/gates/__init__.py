@@ -382,6 +382,8 @@ def select(read_only: bool, require_commit: bool, with_policy: bool = True) -> l
 
 @dataclasses.dataclass(frozen=True)
 class GateResult:
+    """One gate's status and what it found."""
+
     name: str
     status: str  # "pass", "fail", "warn", "skipped"
     findings: tuple[Finding, ...]
