@@ -179,12 +179,12 @@ def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
             stack.extend(children.get(pid, []))
     wanted = marker.encode()
     root = os.path.realpath(worktree)
-    for pid in procs:
-        if pid == me or pid in found:
+    for pid, proc in procs.items():
+        # The marker is new to this run (and made before `since`): a process older than the
+        # agent cannot carry it, and is not asked (one file read per process on a busy machine).
+        if pid == me or pid in found or proc.started < since - 1:
             continue
-        if _has_marker(pid, wanted) or (
-            procs[pid].started >= since and _in(pid, root)
-        ):
+        if _has_marker(pid, wanted) or (proc.started >= since and _in(pid, root)):
             found.add(pid)
     return sorted((_described(procs[p]) for p in found if procs[p].state != "Z"), key=lambda p: p.pid)
 

@@ -34,12 +34,10 @@ import os
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ccm_guard import failpoints, git
 from ccm_guard.errors import GitError, StateError
-
-# The `pool` command's side, for callers that know it as pool.* (`gc` reconciles).
-from ccm_guard.pool.admin import drain, fill, reconcile, status
 from ccm_guard.pool.records import (
     Entry,
     claim,
@@ -51,16 +49,34 @@ from ccm_guard.pool.records import (
     problem,
     set_fields,
 )
-
-# The detached processes call `pool.refill` and `pool.finish_returns` by these names.
-from ccm_guard.pool.refiller import refill, refill_soon
-from ccm_guard.pool.returns import finish_returns, give_back
 from ccm_guard.state import trash
 from ccm_guard.state.home import home
 from ccm_guard.state.registry import Registry
 
 __all__ = ["Entry", "drain", "entries", "fill", "finish_returns", "forget", "give_back", "has_pool",
            "open_registry", "problem", "reconcile", "refill", "status", "take"]
+
+if TYPE_CHECKING:
+    from ccm_guard.pool.admin import drain, fill, reconcile, status
+    from ccm_guard.pool.refiller import refill
+    from ccm_guard.pool.returns import finish_returns, give_back
+
+# Loaded on first use: every exec asks `has_pool`, and a repository without a pool needs
+# nothing more. The `pool` command's side (`gc` reconciles too) and what the detached
+# processes call by these names (`pool.refill`, `pool.finish_returns`).
+_LATER = {"drain": "admin", "fill": "admin", "reconcile": "admin", "status": "admin",
+          "refill": "refiller", "finish_returns": "returns", "give_back": "returns"}
+
+
+if not TYPE_CHECKING:
+    def __getattr__(name: str) -> object:
+        if name in _LATER:
+            import importlib
+
+            value = getattr(importlib.import_module(f"ccm_guard.pool.{_LATER[name]}"), name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module 'ccm_guard.pool' has no attribute {name!r}")
 
 
 def has_pool(registry: Registry, repo: Path) -> bool:
@@ -100,6 +116,8 @@ def take(registry: Registry, repo: Path, task: str, branch: str, base: str, dest
         return None
     finally:
         with contextlib.suppress(sqlite3.Error, StateError):  # never in the way of the take's own outcome
+            from ccm_guard.pool.refiller import refill_soon
+
             refill_soon(registry, repo)  # whatever this take did to it, an empty pool included
 
 
