@@ -146,17 +146,35 @@ class Discovered(NamedTuple):
         return Repo(self.git_dir, self.common_dir, self.toplevel)
 
 
+_WHERE = ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"]
+
+
 def discover(path: Path) -> Discovered:
     """Find the repository that holds `path`; refuse what exec cannot use."""
     if not path.is_dir():
         raise RepoError(f"{path} is not a directory: run ccm-guard inside a git repository or pass --repo")
-    query = ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"]
-    res = run([*query, "--show-toplevel"], cwd=path, check=False)
+    res = run([*_WHERE, "--show-toplevel"], cwd=path, check=False)
     if res.returncode != 0:  # no work tree, or no repository at all: ask again to tell which
-        res = run(query, cwd=path, check=False)
+        res = run(_WHERE, cwd=path, check=False)
     if res.returncode != 0:
         raise NotARepository(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
-    bare, git_dir, common, *top = res.out.splitlines()
+    return _discovered(path, *res.out.splitlines())
+
+
+def discover_commit(path: Path, rev: str) -> tuple[Discovered, str] | None:
+    """discover(path) and the commit `rev` names there, in one git process, where it answers
+    both plainly; None otherwise (no repository, no such commit, an option-like or ambiguous
+    `rev`, a range): the caller asks again one at a time, which says what is wrong."""
+    if rev.startswith("-") or not path.is_dir():
+        return None
+    res = run([*_WHERE, "--show-toplevel", f"{rev}^{{commit}}"], cwd=path, check=False)
+    lines = res.out.splitlines()
+    if res.returncode != 0 or len(lines) != 5 or lines[0] != "false" or not is_oid(lines[4]):
+        return None
+    return _discovered(path, *lines[:4]), lines[4]
+
+
+def _discovered(path: Path, bare: str, git_dir: str, common: str, *top: str) -> Discovered:
     if bare == "true":
         raise RepoError(
             f"{git_dir} is a bare repository: ccm-guard needs a checkout; clone it first "

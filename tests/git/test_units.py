@@ -350,3 +350,27 @@ def test_a_config_git_cannot_parse_is_named_in_the_error_not_a_temp_file(tmp_pat
     broken.write_text("[core]\n\thooksPath = /x\n[unclosed\n")
     with pytest.raises(GitError, match=str(broken)):
         config_get(broken, "core.hooksPath")
+
+
+@pytest.mark.parametrize("rev", ["HEAD", "HEAD~1", "main", "HEAD^{tree}", "HEAD~9", "^HEAD", "HEAD~1..HEAD",
+                                 "--git-dir", "-q", "nosuch", ""])
+def test_discovery_and_the_base_in_one_process_agree_with_asking_one_at_a_time(repo: Path, rev: str) -> None:
+    """exec's plan asks where the repository is and which commit --base names in one git
+    process; where that one cannot answer plainly it must say so (None), never a
+    different answer than discover + resolve_commit give."""
+    gitcmd(repo, "commit", "-q", "--allow-empty", "-m", "second")
+    (repo / "sub").mkdir()
+    found = git.discover_commit(repo / "sub", rev)
+    slow = git.resolve_commit(git.discover(repo / "sub").repo(), rev)
+    if found is None:
+        assert rev in ("HEAD~9", "^HEAD", "HEAD~1..HEAD", "--git-dir", "-q", "nosuch", "", "HEAD^{tree}")
+    else:
+        assert found == (git.discover(repo / "sub"), slow) and slow is not None
+
+
+def test_discovery_with_a_base_leaves_an_unborn_or_bare_repository_to_the_slow_path(tmp_path: Path) -> None:
+    gitcmd(tmp_path, "init", "-q", "unborn")
+    gitcmd(tmp_path, "init", "-q", "--bare", "bare.git")
+    assert git.discover_commit(tmp_path / "unborn", "HEAD") is None
+    assert git.discover_commit(tmp_path / "bare.git", "HEAD") is None
+    assert git.discover_commit(tmp_path / "nowhere", "HEAD") is None
