@@ -130,18 +130,18 @@ def _from_pool(p: Plan, registry: Registry, asked: bool) -> Path | None:
 
 
 def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
-    if not cone:
-        with admin_lock(p.main.common_dir), progress.step("checking out the task's worktree"):
-            git.worktree_add(host, p.worktree, p.branch, p.base)
-        return admin_dir_of(p.worktree, p.main.common_dir)
-    # Sparse: the metadata first (~10 ms at any size), then the cone, then the checkout of
-    # just the cone (what `git worktree add` runs for its checkout: a `git reset --hard`).
+    """The metadata first, under the lock (~10 ms at any size: concurrent `git worktree
+    add`s trip over each other's half-written admin dirs), then the checkout outside it,
+    so that runs on one repository (forks) check out side by side: what `git worktree add`
+    runs for its checkout, a `git reset --hard` (of just the cone, for a sparse one)."""
     with admin_lock(p.main.common_dir):
         git.worktree_add_bare(host, p.worktree, p.branch, p.base)
     admin = admin_dir_of(p.worktree, p.main.common_dir)
     repo = git.Repo(admin, p.main.common_dir, p.worktree)
-    git.sparse_set_cone(repo, cone)
-    with progress.step("checking out the task's sparse worktree"):
+    failpoints.point("create-before-checkout")  # the admin dir and branch made, no files yet
+    if cone:
+        git.sparse_set_cone(repo, cone)
+    with progress.step(f"checking out the task's {'sparse ' if cone else ''}worktree"):
         git.reset_hard(repo)
     return admin
 

@@ -48,9 +48,10 @@ def _second_run_succeeds(repo: Path, tmp_path: Path) -> None:
     assert run_exec(repo, agent, "--task", "again").code == 0
 
 
-def test_sigkill_during_worktree_creation(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("point", ["create-before-checkout", "create-after-worktree-add"])
+def test_sigkill_during_worktree_creation(repo: Path, tmp_path: Path, point: str) -> None:
     agent = write_agent(tmp_path, COMMIT)
-    _killed_at("create-after-worktree-add", "exec", "--task", "t1", "--", str(agent), cwd=repo)
+    _killed_at(point, "exec", "--task", "t1", "--", str(agent), cwd=repo)
     shown = _show(repo, "t1")
     assert shown["status"] == "PENDING" and shown["abandoned"] is True
     _gc(repo)

@@ -27,7 +27,6 @@ os.execvp("sh", ["sh", "-c", sys.argv[1]])' "$1"
 
 
 def test_sandboxed_agent_can_commit_but_not_write_elsewhere(repo: Path, tmp_path: Path) -> None:
-    results = tmp_path / "results"
     agent = write_agent(tmp_path, f"""
 try() {{ if sh -c "$1" 2>/dev/null; then echo "$2 allowed"; else echo "$2 denied"; fi; }}
 {{ try "echo x >> {repo}/README.md" main-checkout

@@ -142,18 +142,20 @@ def test_not_enough_disk_is_refused_before_anything_is_made(repo: Path, monkeypa
 
 
 def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """git is interrupted half-way through `worktree add`, then ccm-guard gets the Ctrl-C."""
+    """git is interrupted half-way through the checkout of the new worktree (what `worktree
+    add` runs: `reset --hard`, after the admin dir and branch are made), then ccm-guard
+    gets the Ctrl-C."""
     for i in range(400):
         (repo / f"bulk/{i:03}.txt").parent.mkdir(exist_ok=True)
         (repo / f"bulk/{i:03}.txt").write_text(f"{i}\n" * 50)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "bulk")
-    common = Path(git(repo, "rev-parse", "--absolute-git-dir"))
 
-    def interrupted_add(host: gitmod.Repo, path: Path, branch: str, base: str) -> None:
-        argv = [gitmod.binary(), *gitmod.HARDENING, "worktree", "add", "-b", branch, str(path), base]
-        proc = subprocess.Popen(argv, env=gitmod.environment(host), cwd="/")
-        while not (common / "worktrees").exists() and proc.poll() is None:
+    def interrupted_checkout(task: gitmod.Repo, rev: str = "HEAD") -> None:
+        assert task.work_tree is not None
+        argv = [gitmod.binary(), *gitmod.HARDENING, "reset", "--hard", "--no-recurse-submodules", rev, "--"]
+        proc = subprocess.Popen(argv, env=gitmod.environment(task), cwd=task.work_tree)
+        while not (task.work_tree / "bulk").exists() and proc.poll() is None:
             pass
         proc.send_signal(signal.SIGINT)
         proc.wait()
@@ -161,7 +163,7 @@ def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch:
 
     opts = ExecOptions(command=["true"], start=repo, task="halfway", terminal=False)
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(gitmod, "worktree_add", interrupted_add)
+        patch.setattr(gitmod, "reset_hard", interrupted_checkout)
         guard.exec_task(opts, Registry())
     assert_nothing_left(repo)
 
