@@ -164,6 +164,8 @@ def leftovers(marker: str, worktree: Path, since: int) -> list[Proc]:
 
     A process found only by its cwd or open files counts if it started after the agent
     (`since`, in clock ticks): the person's own shell or editor in the worktree is not killed.
+    Only those are asked for the marker too: the caller makes the marker before `since`, so
+    no older process can carry it.
     """
     me = os.getpid()
     procs = _all()

@@ -58,10 +58,12 @@ def run_steps(commands: tuple[str, ...], *, worktree: Path, env: Mapping[str, st
     log_dir/<n>/ (stdout stays the verdict's)."""
     total = 0.0
     processes.become_subreaper()  # what a step leaves running comes back to us to stop and reap
+    # Once for all the commands: they share one marker, and what an earlier one left (past
+    # its stop's deadline) is still the run's, to be found by the marker or in the worktree.
+    since = processes.now_ticks()
     for number, command in enumerate(commands, 1):
         logs = log_dir / str(number)
         logs.mkdir(parents=True, exist_ok=True)
-        since = processes.now_ticks()
         with processes.watchdog(marker, worktree, since):
             result = runner.run(["/bin/sh", "-c", command], worktree, env, logs, max(timeout - total, 0.001),
                                 grace=2.0, terminal=False, echo_stdout_to_stderr=True, confine=confine)

@@ -11,7 +11,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
-from ccm_guard.git.core import Repo, describe_failure, is_oid, run
+from ccm_guard.git.core import Repo, describe_failure, is_oid, lines_of, run
 
 
 def resolve_commit(repo: Repo, rev: str) -> str | None:
@@ -152,7 +152,7 @@ def try_update_ref(repo: Repo, ref: str, new: str, old: str, message: str) -> bo
 
 def refs_under(repo: Repo, prefix: str) -> dict[str, str]:
     out = run(["for-each-ref", "--format=%(refname) %(objectname)", prefix], repo).out
-    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    return dict(line.split(" ", 1) for line in lines_of(out) if " " in line)
 
 
 # --- gc: which refs keep a piece of work -----------------------------------------------------
@@ -169,7 +169,9 @@ def ref_trees(repo: Repo, contains: str | None = None) -> list[RefTree]:
     fmt = "--format=%(refname)%00%(objectname)%00%(tree)%00%(*objectname)%00%(*tree)"
     args = ["for-each-ref", fmt] + ([f"--contains={contains}"] if contains else [])
     found = []
-    for line in run(args, repo).out.splitlines():
+    for line in lines_of(run(args, repo).out):
+        if not line:
+            continue  # no refs at all
         ref, commit, tree, peeled, peeled_tree = line.split("\0")
         if tree or peeled_tree:  # refs to blobs or trees keep no commit
             found.append(RefTree(ref, peeled or commit, tree or peeled_tree))

@@ -134,14 +134,14 @@ def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
     add`s trip over each other's half-written admin dirs), then the checkout outside it,
     so that runs on one repository (forks) check out side by side: what `git worktree add`
     runs for its checkout, a `git reset --hard` (of just the cone, for a sparse one)."""
-    with admin_lock(p.main.common_dir):
-        git.worktree_add_bare(host, p.worktree, p.branch, p.base)
-    admin = admin_dir_of(p.worktree, p.main.common_dir)
-    repo = git.Repo(admin, p.main.common_dir, p.worktree)
-    failpoints.point("create-before-checkout")  # the admin dir and branch made, no files yet
-    if cone:
-        git.sparse_set_cone(repo, cone)
     with progress.step(f"checking out the task's {'sparse ' if cone else ''}worktree"):
+        with admin_lock(p.main.common_dir):  # a wait for another run's admin work shows too
+            git.worktree_add_bare(host, p.worktree, p.branch, p.base)
+        admin = admin_dir_of(p.worktree, p.main.common_dir)
+        repo = git.Repo(admin, p.main.common_dir, p.worktree)
+        failpoints.point("create-before-checkout")  # the admin dir and branch made, no files yet
+        if cone:
+            git.sparse_set_cone(repo, cone)
         git.reset_hard(repo)
     return admin
 

@@ -17,7 +17,7 @@ from ccm_guard import text as report
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.detect import objects, snapshot
 from ccm_guard.detect.delta import Owner, classify
-from ccm_guard.errors import GitError, StateError, UsageError
+from ccm_guard.errors import GitError, RepoError, StateError, UsageError
 from ccm_guard.git import config as configfile
 from ccm_guard.run.exec import exec_task
 from ccm_guard.state.pins import Pins
@@ -374,3 +374,35 @@ def test_discovery_with_a_base_leaves_an_unborn_or_bare_repository_to_the_slow_p
     assert git.discover_commit(tmp_path / "unborn", "HEAD") is None
     assert git.discover_commit(tmp_path / "bare.git", "HEAD") is None
     assert git.discover_commit(tmp_path / "nowhere", "HEAD") is None
+
+
+@pytest.mark.parametrize("name", ["a\u2028b", "a\x0cb", "a\rb", "a\x1cb"])
+def test_a_repository_whose_path_holds_a_line_separator_other_than_newline_is_found_where_it_is(
+        tmp_path: Path, name: str) -> None:
+    """str.splitlines splits at these too: discovery must split git's answer at newlines only."""
+    top = tmp_path / name / "repo"
+    top.mkdir(parents=True)
+    gitcmd(top, "init", "-q")
+    gitcmd(top, "commit", "-q", "--allow-empty", "-m", "one")
+    found = git.discover(top)
+    assert found.toplevel == top.resolve() and found.git_dir == (top / ".git").resolve()
+    fast = git.discover_commit(top, "HEAD")
+    assert fast is not None and fast[0] == found
+
+
+def test_a_repository_whose_path_holds_a_newline_is_refused_by_name(tmp_path: Path) -> None:
+    top = tmp_path / "a\nb"
+    top.mkdir()
+    gitcmd(top, "init", "-q")
+    with pytest.raises(RepoError, match="line break"):
+        git.discover(top)
+    assert git.discover_commit(top, "HEAD") is None
+
+
+def test_a_ref_whose_name_holds_a_unicode_line_separator_is_read_whole(repo: Path) -> None:
+    """git allows U+2028 and U+0085 in ref names; gc's listing of refs must not split there."""
+    gitcmd(repo, "branch", "odd\u2028name")
+    gitcmd(repo, "branch", "odd\u0085too")
+    host = git.discover(repo).repo()
+    assert {"refs/heads/odd\u2028name", "refs/heads/odd\u0085too"} <= set(git.refs_under(host, "refs/heads/"))
+    assert {"refs/heads/odd\u2028name", "refs/heads/odd\u0085too"} <= {t.ref for t in git.ref_trees(host)}

@@ -141,15 +141,27 @@ def test_not_enough_disk_is_refused_before_anything_is_made(repo: Path, monkeypa
     assert_nothing_left(repo)
 
 
-def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """git is interrupted half-way through the checkout of the new worktree (what `worktree
-    add` runs: `reset --hard`, after the admin dir and branch are made), then ccm-guard
-    gets the Ctrl-C."""
+@pytest.mark.parametrize("step", ["worktree_add_bare", "reset_hard"])
+def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        step: str) -> None:
+    """git is interrupted half-way through making the new worktree (`worktree add
+    --no-checkout`: its admin dir, under the lock) or through its checkout (what `worktree
+    add` runs for it: `reset --hard`), then ccm-guard gets the Ctrl-C."""
     for i in range(400):
         (repo / f"bulk/{i:03}.txt").parent.mkdir(exist_ok=True)
         (repo / f"bulk/{i:03}.txt").write_text(f"{i}\n" * 50)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "bulk")
+    common = Path(git(repo, "rev-parse", "--absolute-git-dir"))
+
+    def interrupted_add(host: gitmod.Repo, path: Path, branch: str, base: str) -> None:
+        argv = [gitmod.binary(), *gitmod.HARDENING, "worktree", "add", "--no-checkout", "-b", branch, str(path), base]
+        proc = subprocess.Popen(argv, env=gitmod.environment(host), cwd="/")
+        while not (common / "worktrees").exists() and proc.poll() is None:
+            pass
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise KeyboardInterrupt
 
     def interrupted_checkout(task: gitmod.Repo, rev: str = "HEAD") -> None:
         assert task.work_tree is not None
@@ -163,7 +175,7 @@ def test_ctrl_c_during_worktree_creation_leaves_nothing(repo: Path, monkeypatch:
 
     opts = ExecOptions(command=["true"], start=repo, task="halfway", terminal=False)
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(gitmod, "reset_hard", interrupted_checkout)
+        patch.setattr(gitmod, step, interrupted_add if step == "worktree_add_bare" else interrupted_checkout)
         guard.exec_task(opts, Registry())
     assert_nothing_left(repo)
 
