@@ -19,11 +19,12 @@ from ccm_guard.pool.records import RepoConfig, config_of, open_registry
 from ccm_guard.state.registry import Registry
 
 
-def detached(call: str, *args: str, orphan: bool = False) -> int | None:
+def detached(call: str, *args: str, orphan: bool = False, keep: tuple[int, ...] = ()) -> int | None:
     """Run `pool.<call>(args)` in a process of its own session, which outlives this one.
     Returns its pid, or None when it could not be started (or, `orphan`, is not ours to
     know: it is started through a shell that exits at once, so that it is not among this
-    process's descendants, which the processes gate stops after a run)."""
+    process's descendants, which the processes gate stops after a run). `keep`: open
+    descriptors it inherits (a lock it goes on holding)."""
     import subprocess
     import sys
 
@@ -32,7 +33,7 @@ def detached(call: str, *args: str, orphan: bool = False) -> int | None:
     try:
         child = subprocess.Popen(["/bin/sh", "-c", '"$@" &', "sh", *argv] if orphan else argv,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True, close_fds=True, cwd="/")
+                                 start_new_session=True, close_fds=True, pass_fds=keep, cwd="/")
         if orphan:
             child.wait()
             return None
@@ -45,18 +46,54 @@ def refill_soon(registry: Registry, repo: Path) -> None:
     """The pool keeps its size: what it lacks is made by a detached process, which first
     lets the task's own start-up have the machine."""
     config = config_of(registry, repo)
-    if config is not None and config.refill and pool_admin.missing(registry, config):
+    if config is None or not config.refill or not pool_admin.missing(registry, config):
+        return
+    pending = _pending(repo)
+    if pending is None:
+        return  # a refiller is waiting to start: it counts what is missing when it does
+    if pending < 0:  # no lock to be had (the state home unwritable?): a refiller all the same
         detached("refill", str(repo), orphan=True)
+        return
+    try:
+        detached("refill", str(repo), str(pending), orphan=True, keep=(pending,))
+    finally:
+        os.close(pending)  # the refiller holds it on
 
 
 REFILL_DELAY = 1.0  # seconds: the agent starts first
 
 
+def _pending(repo: Path) -> int | None:
+    """A descriptor holding the repository's refill-pending lock; None when another holds
+    it, -1 when the lock file cannot be opened. A refiller holds it while it waits to start, so that the takes of a fork
+    group (or of runs started together) start one refiller, not one each: each is a
+    Python process, and they would compete with the runs for the cores."""
+    import fcntl
+
+    from ccm_guard.state.home import lock_file
+
+    try:
+        fd = os.open(lock_file(repo, "refill-pending"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def refill(args: list[str]) -> None:
-    """The detached refiller: `refill_now`, niced, after the agent has had its start."""
+    """The detached refiller: `refill_now`, niced, after the agent has had its start.
+    args: the repository, and the descriptor of the refill-pending lock it was handed
+    (given up once it starts: what is taken from then on starts another refiller)."""
     import time
 
     time.sleep(REFILL_DELAY)
+    if len(args) > 1:
+        with contextlib.suppress(OSError, ValueError):
+            os.close(int(args[1]))
     with contextlib.suppress(OSError):
         os.nice(10)
     refill_now(Path(args[0]))

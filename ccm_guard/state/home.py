@@ -72,13 +72,17 @@ def admin_lock(common_dir: Path, purpose: str = "admin") -> Iterator[None]:
     Concurrent `git worktree add`s read each other's half-written `commondir` files and
     fail ("failed to read .../commondir"); an flock is released even by a killed process.
     """
-    locks = home() / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    name = key_hash(common_dir, 16)
-    suffix = "" if purpose == "admin" else f"-{purpose}"
-    with open(locks / f"{name}{suffix}.lock", "w") as fh:
+    with open(lock_file(common_dir, purpose), "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
+
+
+def lock_file(common_dir: Path, purpose: str = "admin") -> Path:
+    """Where the lock for `purpose` on a repository lives (its directory made)."""
+    locks = home() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    suffix = "" if purpose == "admin" else f"-{purpose}"
+    return locks / f"{key_hash(common_dir, 16)}{suffix}.lock"
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from conftest import ccm, git, make_repo, run_exec, small_tmpfs, spawn_exec, write_agent
 
 from ccm_guard import pool
+from ccm_guard.pool import admin as pool_admin
 from ccm_guard.pool import refiller
 from ccm_guard.state.registry import Registry
 
@@ -624,3 +626,27 @@ def test_human_status_names_ready_and_dirty_entries(repo: Path, tmp_path: Path) 
     Path(entry["path"], "stray.txt").write_text("x\n")
     (row,) = pool.entries(Registry(), None, ("ready",))
     assert "1 leftover(s) in its work tree: ?? stray.txt" in (pool.problem(row) or "")
+
+
+def test_the_takes_of_runs_started_together_start_one_refiller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each take asks for a refill; while one refiller waits to start (holding the
+    refill-pending lock it was handed), the others start none: it counts what is missing
+    when it starts. Once it has started, the next take starts another."""
+    common = tmp_path / "repo.git"
+    monkeypatch.setattr(refiller, "config_of", lambda registry, repo: types.SimpleNamespace(refill=True))
+    monkeypatch.setattr(pool_admin, "missing", lambda registry, config: 1)
+    started: list[tuple[str, ...]] = []
+    held: list[int] = []
+
+    def child(call: str, *args: str, orphan: bool = False, keep: tuple[int, ...] = ()) -> None:
+        held.extend(os.dup(fd) for fd in keep)  # the refiller goes on holding what it was handed
+        started.append((call, *args))
+
+    monkeypatch.setattr(refiller, "detached", child)
+    for _ in range(4):  # a fork group's takes
+        refiller.refill_soon(Registry(), common)
+    assert len(started) == 1 and started[0][:2] == ("refill", str(common)) and len(held) == 1
+    os.close(held.pop())  # the refiller starts: it gives the lock up
+    refiller.refill_soon(Registry(), common)
+    assert len(started) == 2
+    os.close(held.pop())
