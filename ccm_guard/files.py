@@ -34,3 +34,16 @@ def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
         if tail and size > limit:
             fh.seek(size - limit)
         return fh.read(limit)
+
+
+def lock_now(fd: int) -> int | None:
+    """`fd` once it holds an exclusive flock, taken without waiting; None, with `fd`
+    closed, when another process holds the lock."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

@@ -68,20 +68,14 @@ def _pending(repo: Path) -> int | None:
     it, -1 when the lock file cannot be opened. A refiller holds it while it waits to start, so that the takes of a fork
     group (or of runs started together) start one refiller, not one each: each is a
     Python process, and they would compete with the runs for the cores."""
-    import fcntl
-
+    from ccm_guard.files import lock_now
     from ccm_guard.state.home import lock_file
 
     try:
         fd = os.open(lock_file(repo, "refill-pending"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    return lock_now(fd)
 
 
 def refill(args: list[str]) -> None:

@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, ContextManager
 
+from ccm_guard.files import lock_now
 from ccm_guard.state.home import home
 
 # The deleter: lock the entry (so `sweep` leaves it alone), then delete it. Stdlib only,
@@ -182,12 +182,7 @@ def _try_lock(entry: Path) -> int | None:
         fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return -1  # not a directory (or just deleted): nothing can hold it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return lock_now(fd)
 
 
 def busy(entry: Path) -> bool:
