@@ -120,7 +120,7 @@ def git_errors(trace: str) -> str:
     model). The agent can write that file too, so its lines are held to the same rules as
     its output."""
     lines = []
-    for raw in trace.splitlines():
+    for raw in trace.split("\n"):  # git's JSON leaves U+2028 unescaped: newlines only
         if '"event":"error"' not in raw:
             continue
         try:

@@ -75,7 +75,11 @@ def _pending(repo: Path) -> int | None:
         fd = os.open(lock_file(repo, "refill-pending"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return -1
-    return lock_now(fd)
+    try:
+        return lock_now(fd)
+    except OSError:  # no locks on this file system: a refiller all the same
+        os.close(fd)
+        return -1
 
 
 def refill(args: list[str]) -> None:

@@ -288,8 +288,8 @@ def read_records(log: Path) -> list[dict[str, object]]:
     """What the shim and the hooks refused during the run (one JSON object a line; the
     first 8 MB: the agent can write this file too)."""
     found = []
-    lines = (read_regular(log, 8 << 20) or b"").decode("utf-8", "replace").splitlines()
-    for line in lines:
+    lines = (read_regular(log, 8 << 20) or b"").decode("utf-8", "replace").split("\n")
+    for line in filter(None, lines):  # at newlines only: a record may hold U+2028 unescaped
         try:
             item = json.loads(line)
         except (json.JSONDecodeError, RecursionError):

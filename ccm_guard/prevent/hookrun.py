@@ -90,7 +90,11 @@ def reference_transaction(settings: Settings, name: str, args: list[str], stdin:
         return refuse(settings, name, args, "hook-error", [_reinstall("names no branch")])
     allow = settings.get("allow_ref", [])
     refused: list[str] = []
-    for line in stdin.read().decode("utf-8", "surrogateescape").splitlines():
+    # Split at newlines only: a ref name may hold U+2028 or U+0085, where str.splitlines
+    # splits too ("refs/heads/<task branch>\u2028HEAD" would pass as two allowed names).
+    for line in stdin.read().decode("utf-8", "surrogateescape").split("\n"):
+        if not line:
+            continue
         ref = line.split(" ", 2)[-1]  # "<old> <new> <ref>"
         if not ref_allowed(ref, branch, allow) and ref not in refused:
             refused.append(ref)

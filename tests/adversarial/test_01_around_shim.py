@@ -153,3 +153,21 @@ git reset -q; rm .gitattributes; """ + COMMIT)
     assert ".gitattributes" not in git(repo, "ls-tree", "--name-only", "ccm/cfgcount")
     assert [r.get("hook") for r in refusals(res)] == ["pre-commit"]
     assert res.code == 0
+
+
+def test_a_ref_named_after_the_task_branch_and_a_unicode_line_separator_is_stopped_by_the_hook(
+        repo: Path, tmp_path: Path) -> None:
+    """git allows U+2028 and U+0085 in ref names. Split as text lines, the hook's input
+    `refs/heads/<task branch>\\u2028HEAD` would read as two names it allows."""
+    agent = write_agent(tmp_path, f'''{COMMIT}
+odd="refs/heads/$CCM_GUARD_BRANCH$(printf '\\342\\200\\250')HEAD"
+"$CCM_GUARD_REAL_GIT" update-ref "$odd" HEAD 2> "$TMPDIR/err" || true
+odd2="refs/heads/$CCM_GUARD_BRANCH$(printf '\\302\\205')ORIG_HEAD"
+"$CCM_GUARD_REAL_GIT" update-ref "$odd2" HEAD 2>> "$TMPDIR/err" || true
+cat "$TMPDIR/err" >&2''')
+    res = run_exec(repo, agent, "--sandbox", "none")
+    branch = res.verdict["branch"]
+    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/") == f"refs/heads/{branch}\nrefs/heads/main"
+    hook = [r["refs"] for r in refusals(res, "ref-write") if r["source"] == "hook"]
+    assert [f"refs/heads/{branch}\u2028HEAD"] in hook and [f"refs/heads/{branch}\u0085ORIG_HEAD"] in hook
+    assert res.code == 0 and res.status("refs-untouched") == "pass"

@@ -650,3 +650,26 @@ def test_the_takes_of_runs_started_together_start_one_refiller(tmp_path: Path, m
     refiller.refill_soon(Registry(), common)
     assert len(started) == 2
     os.close(held.pop())
+
+
+def test_a_refiller_gives_the_pending_lock_up_before_it_counts_what_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take after that point must start a refiller of its own: this one's count may
+    already be made without it."""
+    common = tmp_path / "repo.git"
+    pending = refiller._pending(common)
+    assert pending is not None and pending >= 0
+    assert refiller._pending(common) is None  # held
+    free_when_counting: list[bool] = []
+
+    def counting(repo: Path, registry: Registry | None = None) -> None:
+        again = refiller._pending(repo)
+        free_when_counting.append(again is not None)
+        if again is not None and again >= 0:
+            os.close(again)
+
+    monkeypatch.setattr(refiller, "REFILL_DELAY", 0)
+    monkeypatch.setattr(refiller, "refill_now", counting)
+    monkeypatch.setattr(os, "nice", lambda increment: 0)
+    refiller.refill([str(common), str(pending)])
+    assert free_when_counting == [True]
