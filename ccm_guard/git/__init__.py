@@ -77,7 +77,6 @@ if TYPE_CHECKING:
         archive_commit,
         commit_changes,
         commit_claims,
-        commit_message,
         commit_tree,
         commits,
         count_commits,
@@ -88,6 +87,7 @@ if TYPE_CHECKING:
         merge_tree,
         numstat,
         numstat_trees,
+        parents_and_message,
     )
     from ccm_guard.git.index import (
         changed_with_index,
@@ -142,7 +142,7 @@ __all__ = [
     "refs_under", "RefTree", "resolve_commit", "set_symbolic_head", "symbolic_head", "try_update_ref", "update_ref",
     "blob_at", "blob_sizes", "blobs", "file_at", "files_at", "hash_file", "hash_files", "object_type",
     "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_midx", "verify_pack",
-    "archive_commit", "commit_changes", "commit_claims", "commit_message", "commit_tree", "commits", "count_commits",
+    "archive_commit", "commit_changes", "commit_claims", "commit_tree", "parents_and_message", "commits", "count_commits",
     "diff_text", "FileStat", "has_any_commit", "is_ancestor", "merge_base", "merge_tree", "MergeResult",
     "numstat", "numstat_trees", "RawChange",
     "changed_with_index", "index_from", "index_tree", "reset_index", "stage_with_index",

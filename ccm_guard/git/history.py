@@ -15,8 +15,10 @@ from ccm_guard.git.base import raw_changes
 from ccm_guard.git.core import Repo, describe_failure, is_oid, run
 
 
-def commit_message(repo: Repo, commit: str) -> str:
-    return run(["log", "-1", "--format=%B", commit, "--"], repo).out
+def parents_and_message(repo: Repo, commit: str) -> tuple[list[str], str]:
+    """A commit's parents and its message, in one call."""
+    parents, _, message = run(["log", "-1", "--format=%P%n%B", commit, "--"], repo).out.partition("\n")
+    return parents.split(), message
 
 
 def is_ancestor(repo: Repo, ancestor: str, descendant: str) -> bool:

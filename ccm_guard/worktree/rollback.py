@@ -70,10 +70,16 @@ def auto_snapshots(host: git.Repo, task: Task, head: str, every: int,
 
 
 def _snapshot_parts(host: git.Repo, commit: str) -> tuple[str, str]:
-    """(head, work) of a snapshot: a commit with uncommitted work names its head in a trailer."""
-    for line in git.commit_message(host, commit).splitlines():
+    """(head, work) of a snapshot: a commit with uncommitted work names its head in a
+    trailer, and that head is its parent. A snapshot ref can point at an agent's own
+    commit, whose message may carry such a line too: naming anything but the commit's
+    parent, it names nothing (and naming the parent, it changes nothing: the commit's
+    whole tree comes back on top of it either way)."""
+    parents, message = git.parents_and_message(host, commit)
+    for line in message.split("\n"):
         if line.startswith("Ccm-Guard-Snapshot-Head: "):
-            return line.split(": ", 1)[1].strip(), commit
+            named = line.split(": ", 1)[1].strip()
+            return (named, commit) if named in parents else (commit, commit)
     return commit, commit
 
 

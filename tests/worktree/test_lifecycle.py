@@ -162,6 +162,23 @@ def test_rollback_to_base_saves_the_work_as_a_snapshot_first(repo: Path, tmp_pat
     assert (wt / "extra.txt").read_text() == "extra\n" and "?? extra.txt" in git(wt, "status", "--porcelain")
 
 
+def test_a_snapshot_trailer_in_an_agents_own_commit_does_not_steer_a_rollback(repo: Path, tmp_path: Path) -> None:
+    """An automatic snapshot is the agent's own commit. A `Ccm-Guard-Snapshot-Head:` line in
+    its message's body (not its trailers, which the new-commit gate holds to account),
+    naming a rev of the agent's choosing (here the base: the run's commits would leave
+    the branch), names nothing: only the commit's own parent counts."""
+    body = ('base=$(rgit rev-parse HEAD)\necho 1 > f1.txt\nrgit add f1.txt\nrgit commit -q -m one\n'
+            'echo 2 > f2.txt\nrgit add f2.txt\n'
+            'rgit commit -q -m "two" -m "Ccm-Guard-Snapshot-Head: $base" -m "(a body line: not a trailer)"\n')
+    v = _task(repo, tmp_path, "t1", body, "--snapshot-every", "2")
+    assert v["code"] == 0, [g for g in v["gates"] if g["status"] != "pass"]
+    assert git(repo, "rev-parse", "refs/ccm-guard/snapshots/t1/1") == v["head"]
+    proc = ccm("task", "rollback", "t1", "--to-snapshot", "1", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "rev-parse", "ccm/t1") == v["head"]  # not the base the message named
+    assert git(Path(v["worktree"]), "status", "--porcelain") == ""
+
+
 def test_rollback_of_one_file(repo: Path, tmp_path: Path) -> None:
     v = _task(repo, tmp_path, "t1", 'echo changed > README.md\necho new > new.txt\nrgit add -A\nrgit commit -q -m x\n')
     wt = Path(v["worktree"])
