@@ -145,9 +145,8 @@ def worktree_steps(host: git.Repo, repo: git.Repo, name: str, dropping: tuple[st
     if kept_in and not dirty:
         save = f"keep nothing more: its commits are in {kept_in}"
     else:
-        parts = (["commits and stash entries" if stash else "commits"] if kept_in is None else []) + \
-            (["uncommitted changes"] if dirty else [])
-        what = " and ".join(parts)
+        unkept = "commits and stash entries" if stash else "commits"
+        what = " and ".join(w for w, on in ((unkept, kept_in is None), ("uncommitted changes", dirty)) if on)
         earlier = ARCHIVE_PREFIX + archive_name(name)
         if dirty and kept_in == earlier:
             # An archive made on top of this HEAD (a discard or gc killed before it removed

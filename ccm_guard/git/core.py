@@ -56,6 +56,11 @@ class Result(NamedTuple):
     def out(self) -> str:
         return self.stdout.decode("utf-8", "surrogateescape")
 
+    def lines(self) -> list[str]:
+        """Output of one answer a line, split at newlines only: a path or a ref name may hold
+        U+2028, U+0085 or a form feed, where str.splitlines splits too ([""]: no output)."""
+        return self.out.removesuffix("\n").split("\n")
+
     def z(self) -> list[str]:
         """NUL-separated output as a list (no trailing empty element)."""
         return [p for p in self.out.split("\0") if p]
@@ -146,21 +151,21 @@ class Discovered(NamedTuple):
         return Repo(self.git_dir, self.common_dir, self.toplevel)
 
 
-_WHERE = ["rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir"]
+_WHERE = ("rev-parse", "--is-bare-repository", "--absolute-git-dir", "--git-common-dir")
 
 
 def discover(path: Path) -> Discovered:
     """Find the repository that holds `path`; refuse what exec cannot use."""
     if not path.is_dir():
         raise RepoError(f"{path} is not a directory: run ccm-guard inside a git repository or pass --repo")
-    query = [*_WHERE, "--show-toplevel"]
+    query: tuple[str, ...] = (*_WHERE, "--show-toplevel")
     res = run(query, cwd=path, check=False)
     if res.returncode != 0:  # no work tree, or no repository at all: ask again to tell which
         query = _WHERE
         res = run(query, cwd=path, check=False)
     if res.returncode != 0:
         raise NotARepository(f"{path} is not in a git repository: run `git init` first or pass --repo PATH")
-    lines = lines_of(res.out)
+    lines = res.lines()
     if len(lines) != len(query) - 1:  # one line per question
         raise RepoError(f"{path}: the repository's path holds a line break, which git's answers cannot "
                         "carry: move the repository to a path without one")
@@ -174,16 +179,10 @@ def discover_commit(path: Path, rev: str) -> tuple[Discovered, str] | None:
     if rev.startswith("-") or not path.is_dir():
         return None
     res = run([*_WHERE, "--show-toplevel", f"{rev}^{{commit}}"], cwd=path, check=False)
-    lines = lines_of(res.out)
+    lines = res.lines()
     if res.returncode != 0 or len(lines) != 5 or lines[0] != "false" or not is_oid(lines[4]):
         return None
     return _discovered(path, *lines[:4]), lines[4]
-
-
-def lines_of(out: str) -> list[str]:
-    """git's answer, one per line: split at newlines only (a path may hold U+2028, a form
-    feed or a carriage return, where str.splitlines would split too)."""
-    return out.removesuffix("\n").split("\n")
 
 
 def _discovered(path: Path, bare: str, git_dir: str, common: str, *top: str) -> Discovered:

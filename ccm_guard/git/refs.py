@@ -11,7 +11,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
-from ccm_guard.git.core import Repo, describe_failure, is_oid, lines_of, run
+from ccm_guard.git.core import Repo, describe_failure, is_oid, run
 
 
 def resolve_commit(repo: Repo, rev: str) -> str | None:
@@ -58,7 +58,7 @@ def worktree_stash(repo: Repo) -> list[str]:
         return []
     res = run(["cat-file", "--batch-check=%(objectname) %(objecttype)"], repo, check=False,
               input="".join(f"{oid}\n" for oid in ids).encode())
-    commits = {line.split(" ")[0] for line in res.out.splitlines() if line.endswith(" commit")}
+    commits = {line.split(" ")[0] for line in res.lines() if line.endswith(" commit")}
     return [oid for oid in ids if oid in commits]
 
 
@@ -151,8 +151,8 @@ def try_update_ref(repo: Repo, ref: str, new: str, old: str, message: str) -> bo
 
 
 def refs_under(repo: Repo, prefix: str) -> dict[str, str]:
-    out = run(["for-each-ref", "--format=%(refname) %(objectname)", prefix], repo).out
-    return dict(line.split(" ", 1) for line in lines_of(out) if " " in line)
+    res = run(["for-each-ref", "--format=%(refname) %(objectname)", prefix], repo)
+    return dict(line.split(" ", 1) for line in res.lines() if " " in line)
 
 
 # --- gc: which refs keep a piece of work -----------------------------------------------------
@@ -169,7 +169,7 @@ def ref_trees(repo: Repo, contains: str | None = None) -> list[RefTree]:
     fmt = "--format=%(refname)%00%(objectname)%00%(tree)%00%(*objectname)%00%(*tree)"
     args = ["for-each-ref", fmt] + ([f"--contains={contains}"] if contains else [])
     found = []
-    for line in lines_of(run(args, repo).out):
+    for line in run(args, repo).lines():
         if not line:
             continue  # no refs at all
         ref, commit, tree, peeled, peeled_tree = line.split("\0")

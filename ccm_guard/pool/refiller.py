@@ -15,7 +15,9 @@ from pathlib import Path
 import ccm_guard.pool.admin as pool_admin
 from ccm_guard import git
 from ccm_guard.errors import GitError, GuardError
+from ccm_guard.files import lock_now
 from ccm_guard.pool.records import RepoConfig, config_of, open_registry
+from ccm_guard.state.home import lock_file
 from ccm_guard.state.registry import Registry
 
 
@@ -68,9 +70,6 @@ def _pending(repo: Path) -> int | None:
     it, -1 when the lock file cannot be opened. A refiller holds it while it waits to start, so that the takes of a fork
     group (or of runs started together) start one refiller, not one each: each is a
     Python process, and they would compete with the runs for the cores."""
-    from ccm_guard.files import lock_now
-    from ccm_guard.state.home import lock_file
-
     try:
         fd = os.open(lock_file(repo, "refill-pending"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:

@@ -22,6 +22,8 @@ from ccm_guard.prevent.hookfiles import write_atomic
 from ccm_guard.prevent.hookreport import Report
 
 TRUE = ("true", "yes", "on", "1")
+
+
 def config_get(path: Path, key: str) -> str | None:
     if not path.is_file():
         return None
