@@ -21,17 +21,33 @@ from ccm_guard.state.home import lock_file
 from ccm_guard.state.registry import Registry
 
 
-def detached(call: str, *args: str, orphan: bool = False, keep: tuple[int, ...] = ()) -> int | None:
-    """Run `pool.<call>(args)` in a process of its own session, which outlives this one.
-    Returns its pid, or None when it could not be started (or, `orphan`, is not ours to
-    know: it is started through a shell that exits at once, so that it is not among this
-    process's descendants, which the processes gate stops after a run). `keep`: open
-    descriptors it inherits (a lock it goes on holding)."""
+# Waits and lowers its priority before it imports ccm-guard: the imports cost about 60 ms of
+# CPU, which a refiller started by the takes of a fork group would take from the forks.
+_BOOTSTRAP = """import os, sys, time
+time.sleep(float(sys.argv[2]))
+try:
+    os.nice(int(sys.argv[3]))
+except OSError:
+    pass
+sys.path.insert(0, sys.argv[1])
+from ccm_guard import pool
+pool.{call}(sys.argv[4:])
+"""
+
+
+def detached(call: str, *args: str, orphan: bool = False, keep: tuple[int, ...] = (),
+             after: float = 0.0, nice: int = 0) -> int | None:
+    """Run `pool.<call>(args)` in a process of its own session, which outlives this one,
+    `after` seconds from now and `nice` lower in priority. Returns its pid, or None when
+    it could not be started (or, `orphan`, is not ours to know: it is started through a
+    shell that exits at once, so that it is not among this process's descendants, which
+    the processes gate stops after a run). `keep`: open descriptors it inherits (a lock it
+    goes on holding)."""
     import subprocess
     import sys
 
-    code = f"import sys; sys.path.insert(0, sys.argv[1]); from ccm_guard import pool; pool.{call}(sys.argv[2:])"
-    argv = [sys.executable, "-c", code, str(Path(__file__).resolve().parents[2]), *args]
+    argv = [sys.executable, "-c", _BOOTSTRAP.format(call=call), str(Path(__file__).resolve().parents[2]),
+            str(after), str(nice), *args]
     try:
         child = subprocess.Popen(["/bin/sh", "-c", '"$@" &', "sh", *argv] if orphan else argv,
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -54,15 +70,16 @@ def refill_soon(registry: Registry, repo: Path) -> None:
     if pending is None:
         return  # a refiller is waiting to start: it counts what is missing when it does
     if pending < 0:  # no lock to be had (the state home unwritable?): a refiller all the same
-        detached("refill", str(repo), orphan=True)
+        detached("refill", str(repo), orphan=True, after=REFILL_DELAY, nice=REFILL_NICE)
         return
     try:
-        detached("refill", str(repo), str(pending), orphan=True, keep=(pending,))
+        detached("refill", str(repo), str(pending), orphan=True, keep=(pending,), after=REFILL_DELAY, nice=REFILL_NICE)
     finally:
         os.close(pending)  # the refiller holds it on
 
 
 REFILL_DELAY = 1.0  # seconds: the agent starts first
+REFILL_NICE = 10
 
 
 def _pending(repo: Path) -> int | None:
@@ -82,17 +99,12 @@ def _pending(repo: Path) -> int | None:
 
 
 def refill(args: list[str]) -> None:
-    """The detached refiller: `refill_now`, niced, after the agent has had its start.
+    """The detached refiller (started niced, after the agent has had its start): `refill_now`.
     args: the repository, and the descriptor of the refill-pending lock it was handed
     (given up once it starts: what is taken from then on starts another refiller)."""
-    import time
-
-    time.sleep(REFILL_DELAY)
     if len(args) > 1:
         with contextlib.suppress(OSError, ValueError):
             os.close(int(args[1]))
-    with contextlib.suppress(OSError):
-        os.nice(10)
     refill_now(Path(args[0]))
 
 

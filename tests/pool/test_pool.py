@@ -638,7 +638,7 @@ def test_the_takes_of_runs_started_together_start_one_refiller(tmp_path: Path, m
     started: list[tuple[str, ...]] = []
     held: list[int] = []
 
-    def child(call: str, *args: str, orphan: bool = False, keep: tuple[int, ...] = ()) -> None:
+    def child(call: str, *args: str, orphan: bool = False, keep: tuple[int, ...] = (), **later: object) -> None:
         held.extend(os.dup(fd) for fd in keep)  # the refiller goes on holding what it was handed
         started.append((call, *args))
 
@@ -668,8 +668,6 @@ def test_a_refiller_gives_the_pending_lock_up_before_it_counts_what_is_missing(
         if again is not None and again >= 0:
             os.close(again)
 
-    monkeypatch.setattr(refiller, "REFILL_DELAY", 0)
     monkeypatch.setattr(refiller, "refill_now", counting)
-    monkeypatch.setattr(os, "nice", lambda increment: 0)
     refiller.refill([str(common), str(pending)])
     assert free_when_counting == [True]
