@@ -20,7 +20,6 @@ from ccm_guard.pool.records import RepoConfig, config_of, open_registry
 from ccm_guard.state.home import lock_file
 from ccm_guard.state.registry import Registry
 
-
 # Waits and lowers its priority before it imports ccm-guard: the imports cost about 60 ms of
 # CPU, which a refiller started by the takes of a fork group would take from the forks.
 _BOOTSTRAP = """import os, sys, time

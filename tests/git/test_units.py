@@ -406,3 +406,44 @@ def test_a_ref_whose_name_holds_a_unicode_line_separator_is_read_whole(repo: Pat
     host = git.discover(repo).repo()
     assert {"refs/heads/odd\u2028name", "refs/heads/odd\u0085too"} <= set(git.refs_under(host, "refs/heads/"))
     assert {"refs/heads/odd\u2028name", "refs/heads/odd\u0085too"} <= {t.ref for t in git.ref_trees(host)}
+
+
+_PLAIN_CONFIGS = [
+    b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
+    b"[remote \"origin\"]\n\turl = git@example.com:a/b.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n"
+    b"[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[extensions]\n\tworktreeConfig = true\n",
+    b"# a comment\n; another\n[User]\n  Name = A  B\n  email=a@b\n[core]\n  hooksPath=/x\n  quiet\n  empty =\n",
+    b"[include]\n\tpath = ~/other\n[includeIf \"gitdir:~/w/\"]\n\tpath = w.cfg\n[remote \"my origin\"]\n\turl = x\n",
+    b"[core]\n\tautocrlf = input   \n\n\n[alias]\n\tst = status -sb\n\tlg = log --graph\n",  # no newline at the end:
+    b"[core]\n\teditor = vim",
+    b"",
+]
+# Fragments a spelling is made of: plain ones, and odd ones (git refuses some; quoting,
+# escapes, comments, continuations, legacy dotted sections, tabs, CRs are its own to read).
+_PLAIN = ["[core]", "[Core]", '[remote "o"]', '[remote "O x"]', "x = 1", "X=2", "  y", "z =", "z = a  b", "z=é",
+          "x-y = 3", "# c \"", "; c", "", "   ", "\t", "x = [y]", "[a-b]", "[0]", "[-]", "\tk = v \t"]
+_ODD = ["[a.b]", "[a.B]", "[ core]", "[core] x = 1", '[r "a\\"b"]', '[r ""]', "[r  \"a\"]", "z = a\tb", "z = \"q\"",
+        "z = a # c", "z = a ; c", "z = a\\", "z = \\t", "1x = 2", "x_y = 4", "=v", "x = a\r", "[a_b]", "x = \x01"]
+
+
+def test_plain_config_is_read_without_git_exactly_as_git_reads_it(tmp_path: Path) -> None:
+    """The spelling tools write is parsed in process; whatever it accepts reads exactly as
+    `git config --list` reads it, and everything else is left to git."""
+    import random
+
+    rnd = random.Random(7)
+    corpus = list(_PLAIN_CONFIGS)
+    for _ in range(150):
+        lines = [rnd.choice(_ODD if rnd.random() < 0.1 else _PLAIN) for _ in range(rnd.randint(1, 6))]
+        corpus.append(("\n".join(lines) + rnd.choice(["", "\n"])).encode())
+    path = tmp_path / "config"
+    parsed_plainly = 0
+    for data in corpus:
+        plain = configfile._parse_plain(data)
+        if plain is None:
+            continue
+        parsed_plainly += 1
+        path.write_bytes(data)
+        assert plain == git.config_entries(path), data
+    assert all(configfile._parse_plain(data) is not None for data in _PLAIN_CONFIGS)
+    assert 20 < parsed_plainly < len(corpus)  # the corpus exercises both sides
