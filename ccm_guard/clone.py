@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 import stat
 from pathlib import Path
 from typing import Callable
+
+from ccm_guard.digest import sha256_hex
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int), linux/fs.h
 
@@ -123,7 +124,9 @@ def _user_copy(src_fd: int, dst_fd: int) -> None:
 def digest_fd(fd: int, size: int) -> str:
     """The sha256 of an open regular file of about `size` bytes, read from its start."""
     if size < 1 << 20:  # most files: one read, no file object
-        return hashlib.sha256(os.pread(fd, size + 1, 0)).hexdigest()
+        return sha256_hex(os.pread(fd, size + 1, 0))
+    import hashlib  # OpenSSL, loaded only where a large file is copied
+
     os.lseek(fd, 0, os.SEEK_SET)
     with open(fd, "rb", closefd=False) as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -21,7 +21,6 @@ databases, which hold their sessions), and copied into each new private home.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from ccm_guard.digest import sha256_hex
 from ccm_guard.files import read_regular
 
 # Larger files are not read for judging, nor parsed for trust (a home's settings are small).
@@ -253,7 +253,7 @@ def _template_dir(profile: str, launcher: Sequence[str], templates: Path) -> Pat
         except OSError:
             return None
         parts.append(f"{real}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}")
-    digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    digest = sha256_hex("\n".join(parts).encode())[:16]
     return templates / f"{profile}-{digest}"
 
 

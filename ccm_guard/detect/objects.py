@@ -11,12 +11,12 @@ a checksum of everything before it).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import zlib
 from pathlib import Path
 from typing import Iterator
 
+from ccm_guard.digest import hasher
 from ccm_guard.files import open_regular
 
 Identity = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
@@ -131,7 +131,11 @@ def _loose_ok(path: Path, data: bytes | None = None) -> bool:
     oid = path.parent.name + path.name
     if len(oid) not in (40, 64):
         return False
-    digest = hashlib.new("sha1" if len(oid) == 40 else "sha256")
+    try:
+        stored = len(data) if data is not None else os.lstat(path).st_size  # deflated: a size hint only
+    except OSError:
+        return False
+    digest = hasher("sha1" if len(oid) == 40 else "sha256", stored)
     inflate = zlib.decompressobj()
     head, expected, seen = b"", -1, 0
     try:
@@ -160,8 +164,11 @@ def _loose_ok(path: Path, data: bytes | None = None) -> bool:
 
 def _trailer_ok(data: bytes) -> bool:
     for size, algo in ((20, "sha1"), (32, "sha256")):
-        if len(data) > size and hashlib.new(algo, data[:-size]).digest() == data[-size:]:
-            return True
+        if len(data) > size:
+            h = hasher(algo, len(data))
+            h.update(data[:-size])
+            if h.digest() == data[-size:]:
+                return True
     return False
 
 

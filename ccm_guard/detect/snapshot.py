@@ -11,7 +11,6 @@ References are parsed from `packed-refs` and the loose ref files.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import os
 import stat
@@ -21,6 +20,7 @@ from typing import Any, Collection, Iterator, NamedTuple
 
 from ccm_guard import git
 from ccm_guard.detect import objects
+from ccm_guard.digest import sha256_hex
 from ccm_guard.state.pins import Pins
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
@@ -308,7 +308,7 @@ def _entry_of(path: Path | str, st: os.stat_result, by_identity: bool) -> tuple[
     data = read_nofollow(path)
     if data is None:
         return None
-    return Entry("f", mode, hashlib.sha256(data).hexdigest()), data if len(data) <= CONTENT_LIMIT else None
+    return Entry("f", mode, sha256_hex(data)), data if len(data) <= CONTENT_LIMIT else None
 
 
 def with_file_as_now(snap: Snapshot, common: Path, rel: str) -> Snapshot:

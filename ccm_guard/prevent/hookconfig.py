@@ -9,13 +9,13 @@ restores exactly that file, or, when someone changed it since, only the one key.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ccm_guard import git
+from ccm_guard.digest import sha256_hex
 from ccm_guard.errors import RepoError
 from ccm_guard.git import config as configfile
 from ccm_guard.prevent.hookfiles import write_atomic
@@ -70,7 +70,7 @@ def config_undo(edit: dict[str, Any], value: str | None, report: Report) -> None
 
 
 def _sha(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return sha256_hex(path.read_bytes()) if path.exists() else None
 
 
 # --- core.hooksPath ----------------------------------------------------------------------

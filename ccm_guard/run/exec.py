@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from ccm_guard.agent.steps import StepResult, run_steps
 from ccm_guard.detect.policy_at import role_at
 from ccm_guard.detect.snapshot import Snapshot, file_identity, main_files, take
 from ccm_guard.detect.verdict import Checks, Verdict
+from ccm_guard.digest import sha256_hex
 from ccm_guard.errors import GuardError, NotARepository, StateError
 from ccm_guard.git import layout
 from ccm_guard.later import Later
@@ -108,7 +108,7 @@ def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str],
 def file_digest(path: Path) -> str:
     """The baseline's digest, kept in the registry: an agent without the sandbox can rewrite
     the file (it is under the state home), and a later audit must not be misled by it."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_hex(path.read_bytes())
 
 
 class Ready(NamedTuple):

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import signal
 from pathlib import Path
 from typing import Iterator
 
 from ccm_guard import git
+from ccm_guard.digest import sha256_hex
 from ccm_guard.errors import RepoError, UsageError
 
 
 def key_hash(path: Path, size: int = 10) -> str:
     """The digest of a repository's common dir (or a copied directory's source) that
     names its places under the state home: worktrees and hooks (size 10), locks (16)."""
-    return hashlib.sha256(str(path).encode()).hexdigest()[:size]
+    return sha256_hex(str(path).encode())[:size]
 
 
 def home() -> Path:

@@ -447,3 +447,16 @@ def test_plain_config_is_read_without_git_exactly_as_git_reads_it(tmp_path: Path
         assert plain == git.config_entries(path), data
     assert all(configfile._parse_plain(data) is not None for data in _PLAIN_CONFIGS)
     assert 20 < parsed_plainly < len(corpus)  # the corpus exercises both sides
+
+
+@pytest.mark.parametrize("name", ["sha1", "sha256"])
+def test_digests_taken_without_openssl_are_hashlibs(name: str) -> None:
+    """Small inputs go to the interpreter's own SHA code, large ones to OpenSSL: the same digests."""
+    from ccm_guard import digest
+
+    for size in (0, 300, digest.SMALL, digest.SMALL + 1):
+        data = os.urandom(size)
+        h = digest.hasher(name, size)
+        h.update(data)
+        assert h.hexdigest() == hashlib.new(name, data).hexdigest()
+    assert digest.sha256_hex(b"abc") == hashlib.sha256(b"abc").hexdigest()

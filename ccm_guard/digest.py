@@ -1,0 +1,40 @@
+"""SHA-256 and SHA-1 for what ccm-guard hashes on every run, without loading OpenSSL.
+
+Importing `hashlib` loads OpenSSL's libcrypto: about 2.5 ms at every start here, for
+inputs that are mostly a few hundred bytes (a path, a config file, a ref). The
+interpreter's own implementations need nothing loaded and are as quick for those; OpenSSL's
+is several times faster per byte, so inputs past SMALL still go to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+SMALL = 1 << 16
+
+
+def _builtin(name: str) -> Callable[..., Any] | None:
+    for module in (f"_{name}", "_sha2"):  # CPython 3.11 has _sha1 and _sha256; 3.12 moved SHA-256 to _sha2
+        try:
+            constructor = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        return constructor  # type: ignore[no-any-return]
+    return None
+
+
+def hasher(name: str, size: int) -> Any:
+    """A fresh hash object, "sha1" or "sha256", for about `size` bytes."""
+    constructor = _builtin(name) if size <= SMALL else None
+    if constructor is None:
+        import hashlib
+
+        return hashlib.new(name)
+    return constructor()
+
+
+def sha256_hex(data: bytes) -> str:
+    h = hasher("sha256", len(data))
+    h.update(data)
+    return str(h.hexdigest())
