@@ -186,16 +186,20 @@ _DANGEROUS = re.compile(
               |attributesfile|excludesfile|alternaterefscommand|bare|repositoryformatversion)
       | sequence\.editor
       | diff\.external | diff\.\*\.(textconv|command)
-      | difftool\.\*\.cmd | mergetool\.\*\.cmd | merge\.\*\.driver
+      | difftool\.\*\.(cmd|path) | mergetool\.\*\.(cmd|path) | merge\.\*\.driver
       | filter\.\*\.(clean|smudge|process)
       | credential\.helper | credential\.\*\.helper
       | include\.path | includeif\.\*\.path
-      | gpg\.program | gpg\.\*\.program
+      | gpg\.program | gpg\.\*\.program | gpg\.\*\.defaultkeycommand
       | uploadpack\.packobjectshook
       | pager\.[^.]+ | pager\.\*
       | trailer\.\*\.(cmd|command)
       | hook\.\*\.command
-      | sendemail\.(smtpserver|tocmd|cccmd|headercmd) | sendemail\.\*\.(smtpserver|tocmd|cccmd|headercmd)
+      | sendemail\.(smtpserver|tocmd|cccmd|headercmd|sendmailcmd) | sendemail\.\*\.(smtpserver|tocmd|cccmd|headercmd|sendmailcmd)
+      | tar\.\*\.command
+      | lfs\.\*\.path | lfs\.standalonetransferagent
+      | init\.templatedir
+      | instaweb\.(httpd|browser)
       | imap\.tunnel
       | guitool\.\*\.cmd
       | interactive\.difffilter
@@ -205,7 +209,7 @@ _DANGEROUS = re.compile(
       | submodule\.\*\.update
       | extensions\.\w+
       | ssh\.variant
-      | browser\.\*\.cmd | web\.browser | man\.\*\.cmd
+      | browser\.\*\.(cmd|path) | web\.browser | man\.\*\.(cmd|path) | man\.viewer
     )$""",
     re.VERBOSE,
 )

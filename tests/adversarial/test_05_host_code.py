@@ -172,6 +172,26 @@ rgit config --worktree core.fsmonitor {plant}""")
     assert not marker.exists()
 
 
+def test_an_ssh_signing_key_command_planted_for_the_persons_next_commit_is_moved_aside(
+        repo: Path, tmp_path: Path) -> None:
+    """gpg.ssh.defaultKeyCommand runs when a commit is signed with ssh: planted with
+    commit.gpgSign in the task's config.worktree (the sandbox lets the agent write its own
+    admin dir), the person's next commit in the kept worktree would run it."""
+    marker = tmp_path / "ran"
+    plant = marker_script(tmp_path / "bin", marker, "keycommand")
+    agent = write_agent(tmp_path, f"""{COMMIT}
+rgit config --worktree commit.gpgSign true
+rgit config --worktree gpg.format ssh
+rgit config --worktree gpg.ssh.defaultKeyCommand {plant}""")
+    res = run_exec(repo, agent, "--task", "sign")
+    assert res.code == 1 and "DANGEROUS" in res.reasons("git-metadata")
+    assert "gpg.ssh.defaultkeycommand" in res.reasons("git-metadata").lower()
+    moved = Path(res.verdict["log_dir"], "quarantine", "worktrees", "sign", "config.worktree")
+    assert "defaultKeyCommand" in moved.read_text()
+    plain_git(Path(res.verdict["worktree"]), "commit", "-q", "--allow-empty", "-m", "by hand")
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("where", ["config", "config.worktree"])
 def test_a_plant_in_the_persons_own_config_is_unset_and_nothing_of_theirs_is_touched(
         repo: Path, tmp_path: Path, where: str) -> None:

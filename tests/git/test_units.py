@@ -41,6 +41,17 @@ from ccm_guard.state.registry import Registry, sanitise_task_id
     ("user.name", "Mallory", False),
     ("core.autocrlf", "true", False),
     ("remote.origin.url", "ext::sh -c id", True),
+    # git archive, send-email, ssh signing, the tools' own paths, LFS agents, templates for new clones
+    ("tar.tgz.command", "sh -c id", True),
+    ("sendemail.sendmailCmd", "x", True),
+    ("gpg.ssh.defaultKeyCommand", "sh -c id", True),
+    ("mergetool.vim.path", "/x", True),
+    ("difftool.x.path", "/x", True),
+    ("man.x.path", "/x", True),
+    ("browser.x.path", "/x", True),
+    ("lfs.customtransfer.x.path", "/x", True),
+    ("init.templateDir", "/x", True),
+    ("gpg.ssh.allowedSignersFile", "/x", False),
 ])
 def test_dangerous_keys(key: str, value: str, dangerous: bool) -> None:
     assert configfile.is_dangerous(key, value) is dangerous
