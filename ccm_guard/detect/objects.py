@@ -65,6 +65,10 @@ class ObjectDelta:
     # existing object (main:src/calc.py with other bytes). New packs are verified by git.
     forged: list[str] = dataclasses.field(default_factory=list)
     midx_changed: bool = False  # a multi-pack index maps ids to pack offsets: git verifies a new one
+    # New files beside a pack (or multi-pack index) from before the run: a .bitmap or .rev
+    # git trusts to list or find its objects (a forged bitmap drops objects from every push,
+    # clone and bundle), a .keep or .promisor that changes what gc does with it.
+    beside_old: list[str] = dataclasses.field(default_factory=list)
 
 
 def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Identity]) -> ObjectDelta:
@@ -86,8 +90,24 @@ def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Ide
     forged = [rel for rel in new if _is_fanout(rel[:2]) and not _loose_ok(objects_dir / rel)
               and os.path.lexists(objects_dir / rel)]
     midx = "pack/multi-pack-index"
-    return ObjectDelta(len(new), removed, sorted(altered), repacked, new_packs, forged,
-                       midx_changed=midx in after and before.get(midx) != after[midx])
+    midx_changed = midx in after and before.get(midx) != after[midx]
+    return ObjectDelta(len(new), removed, sorted(altered), repacked, new_packs, forged, midx_changed=midx_changed,
+                       beside_old=_beside_old(before, new, midx_kept=midx in before and not midx_changed))
+
+
+def _beside_old(before: dict[str, Identity], new: list[str], *, midx_kept: bool) -> list[str]:
+    """New files in objects/pack that belong to a pack (pack-<hash>.*) or the multi-pack index
+    (multi-pack-index-<hash>.*) that were there before the run."""
+    found = []
+    for rel in new:
+        if not rel.startswith("pack/"):
+            continue
+        stem = rel[len("pack/"):].partition(".")[0]
+        if stem.startswith("pack-") and (f"pack/{stem}.pack" in before or f"pack/{stem}.idx" in before):
+            found.append(rel)
+        elif stem.startswith("multi-pack-index") and midx_kept:
+            found.append(rel)
+    return found
 
 
 def pack_names(idx: Path, oid_len: int) -> set[str]:

@@ -40,6 +40,37 @@ PY
 rm -f "$objects/$(echo "$blob" | cut -c1-2)/$(echo "$blob" | cut -c3-)\""""
 
 
+# A bitmap for the person's existing pack that says the tip reaches only its own commit,
+# tree and blobs: git trusts it, so a push, a clone or a bundle of the repository leaves
+# the rest of history out. And a .keep beside it, which pins the pack for every gc.
+FORGE_BITMAP = """pack=$(ls "$objects"/pack/pack-*.idx | head -n 1)
+python3 - "$pack" <<'PY'
+import hashlib, struct, subprocess, sys
+idx = sys.argv[1]
+base = idx[:-4]
+run = lambda *a: subprocess.check_output(["git", *a], text=True)
+rows = [r.split() for r in run("verify-pack", "-v", idx).splitlines()]
+objs = sorted((int(r[4]), r[0], r[1]) for r in rows if len(r) >= 5 and len(r[0]) == 40)
+pos = {o: i for i, (_, o, _) in enumerate(objs)}
+n = len(objs)
+def ewah(bits):
+    words = [0] * ((n + 63) // 64)
+    for b in bits:
+        words[b // 64] |= 1 << (b % 64)
+    return (struct.pack(">II", n, len(words) + 1) + struct.pack(">Q", len(words) << 33)
+            + b"".join(struct.pack(">Q", w) for w in words) + struct.pack(">I", 0))
+tip = run("rev-parse", "main").strip()
+keep = {tip, run("rev-parse", "main^{tree}").strip()} | {l.split()[2] for l in run("ls-tree", "-r", "-t", "main").splitlines()}
+by_name = sorted(o for _, o, _ in objs)
+body = b"BITM" + struct.pack(">HHI", 1, 1, 1) + open(base + ".pack", "rb").read()[-20:]
+for kind in ("commit", "tree", "blob", "tag"):
+    body += ewah([pos[o] for _, o, k in objs if k == kind])
+body += struct.pack(">I", by_name.index(tip)) + bytes(2) + ewah([pos[o] for o in keep])
+open(base + ".bitmap", "wb").write(body + hashlib.sha1(body).digest())
+open(base + ".keep", "w").write("mine")
+PY"""
+
+
 def _agent(tmp_path: Path, forge: str) -> Path:
     return write_agent(tmp_path, f"""{COMMIT}
 oid=$(git rev-parse main:src/app.py)
@@ -70,6 +101,24 @@ def test_a_pack_whose_index_claims_an_existing_id_fails_the_run(repo: Path, tmp_
     assert res.code == 1
     assert "does not verify" in res.reasons("git-metadata")
     assert f"pack/{forged[0].name}" in all_paths(res, "git-metadata")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_bitmap_forged_for_the_persons_pack_fails_the_run(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    """No existing file changes: the new .bitmap and .keep sit beside the person's pack."""
+    for n in range(4):
+        (repo / f"f{n}.txt").write_text(f"{n}\n")
+        git(repo, "add", ".")
+        git(repo, "commit", "-q", "-m", f"history {n}")
+    git(repo, "gc", "-q")
+    every = len(plain_git(repo, "rev-list", "--objects", "--all").stdout.splitlines())
+    res = run_exec(repo, _agent(tmp_path, FORGE_BITMAP), "--sandbox", sandbox)
+    seen = plain_git(repo, "rev-list", "--objects", "main", "--use-bitmap-index").stdout.splitlines()
+    assert 0 < len(seen) < every  # the forgery works: git trusts the bitmap and leaves history out
+    assert res.code == 1
+    assert "beside a pack from before the run" in res.reasons("git-metadata")
+    paths = all_paths(res, "git-metadata")
+    assert any(p.endswith(".bitmap") for p in paths) and any(p.endswith(".keep") for p in paths)
 
 
 def test_honest_new_objects_and_packs_pass(repo: Path, tmp_path: Path) -> None:

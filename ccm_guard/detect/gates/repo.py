@@ -176,6 +176,10 @@ def git_metadata(ctx: Context) -> list[Finding]:
     if objs.forged:
         findings.append(Finding("git-metadata", f"{len(objs.forged)} new object file(s) do not hold what their "
                                 "names say (they could stand in for existing objects)", tuple(objs.forged)))
+    if objs.beside_old:
+        findings.append(Finding("git-metadata", f"{len(objs.beside_old)} new file(s) beside a pack from before the run "
+                                "(a bitmap or reverse index git trusts, a .keep or .promisor gc obeys)",
+                                tuple(objs.beside_old)))
     if ctx.forged_packs:
         findings.append(Finding("git-metadata", "a new pack or multi-pack index does not verify: its objects "
                                 "do not hash to the names it gives them", tuple(ctx.forged_packs)))
