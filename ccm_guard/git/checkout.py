@@ -245,6 +245,69 @@ def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
     return _status(repo, ignored=True, untracked=True, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
 
 
+# Stat data decides which files git reads: no config may loosen how it is compared.
+_STAT_CHECKED = {
+    "GIT_CONFIG_COUNT": "5",
+    "GIT_CONFIG_KEY_0": "core.sparseCheckout", "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "index.sparse", "GIT_CONFIG_VALUE_1": "false",
+    "GIT_CONFIG_KEY_2": "core.trustCtime", "GIT_CONFIG_VALUE_2": "true",
+    "GIT_CONFIG_KEY_3": "core.checkStat", "GIT_CONFIG_VALUE_3": "default",
+    "GIT_CONFIG_KEY_4": "core.ignoreStat", "GIT_CONFIG_VALUE_4": "false",
+}
+
+
+def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *, ignored: bool
+                                  ) -> list[StatusEntry]:
+    """`status` of the work tree against HEAD, where the index the agent wrote decides nothing
+    about which files git reads: git skips a file whose stat data matches its index entry,
+    and an agent can write an entry that pairs HEAD's blob with its edited file's stat data.
+
+    `trusted` is ccm-guard's copy of the index taken before the agent (None: none to be had),
+    at `base`. A private copy of it is brought to HEAD by a two-tree merge: entries the
+    commits changed lose their stat data, so git reads those files, and any other file the
+    run wrote has a new change time, which no one can set back, so git reads it too. Without
+    one (or where the merge fails) the private index is HEAD's tree without stat data:
+    every file is read. What the agent's index stages on top of HEAD is listed as well."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ccm-guard-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **_STAT_CHECKED}
+        private_index(repo, trusted, base, env)
+        entries = _status(repo, ignored=ignored, untracked=True, env=env)
+    listed = {e.path for e in entries}
+    for change in staged_changes(repo):
+        if change.path not in listed:
+            entries.append(change)
+    return entries
+
+
+def private_index(repo: Repo, trusted: Path | None, base: str, env: Mapping[str, str]) -> bool:
+    """Make env's GIT_INDEX_FILE hold HEAD: from `trusted` (at `base`) where it can, keeping
+    its stat data for the files the commits did not change (True); else HEAD's tree alone."""
+    import shutil
+
+    private = Path(env["GIT_INDEX_FILE"])
+    if trusted is not None:
+        shutil.copyfile(trusted, private)
+        # -i: the work tree is not asked (it is what is being judged).
+        if run(["read-tree", "-m", "-i", base, "HEAD"], repo, env=env, check=False).returncode == 0:
+            return True
+        private.unlink(missing_ok=True)
+    run(["read-tree", "HEAD"], repo, env=env)
+    return False
+
+
+def staged_changes(repo: Repo) -> list[StatusEntry]:
+    """What the repo's own index holds that HEAD does not (its X side only: "M." and the like)."""
+    out = run(["diff-index", "--cached", "-z", "--raw", "--no-renames", "--ignore-submodules=none", "HEAD", "--"],
+              repo).z()
+    changes = []
+    for meta, path in zip(out[0::2], out[1::2]):
+        head_mode, _, head_blob, _, letter = meta.lstrip(":").split(" ")
+        changes.append(StatusEntry(f"{letter[0]}.", path, head_mode, head_blob))
+    return changes
+
+
 def clean_with_index(repo: Repo, index: Path) -> None:
     """`git clean -ffdx` for a work tree whose index is the file `index`."""
     run(["clean", "-ffdxq"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})

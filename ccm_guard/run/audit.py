@@ -20,7 +20,7 @@ from ccm_guard.git import config as configfile
 from ccm_guard.git import layout
 from ccm_guard.prevent.hooks import worktree_hooks_dir
 from ccm_guard.run.dispose import next_steps
-from ccm_guard.run.exec import file_digest
+from ccm_guard.run.exec import file_digest, kept_index
 from ccm_guard.run.judge import judge
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
@@ -55,7 +55,7 @@ def audit_task(task_id: str, registry: Registry, read_only: bool = False,
     verdict = judge(task, pins, before, data.get("main_files"), registry, checks,
                     # the run's record of its sandbox: every unsandboxed description starts "none"
                     sandboxed=not str(ran.get("sandbox", "none")).startswith("none"),
-                    setup_files=data.get("setup_files"))
+                    setup_files=data.get("setup_files"), index_before=kept_index(data.get("index")))
     verdict.next_steps = next_steps(verdict, task)
     if task.status == "ERRORED" and verdict.gates_passed and not accept:
         verdict.next_steps = [f"accept: ccm-guard audit --accept {task.id}   (records it COMMITTED for task apply)"]

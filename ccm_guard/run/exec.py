@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
@@ -60,17 +61,19 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
                                agent=opts.agent, allow_ports=opts.allow_ports, rules=compiled.result())
         setup, setup_files = _setup(opts, role, task, pins, armed, registry)
         before = take(pins)  # after arming and setup: its own config and hooks are the baseline
+        index_before = keep_index(pins, Path(task.log_dir))
     except BaseException:
         with contextlib.suppress(Exception):
             prevention.disarm(pins)
         worktree.abandon(plan, registry)  # nothing of the agent's exists yet: leave nothing behind
         raise
-    baseline = write_baseline(Path(task.log_dir, "baseline.json"), before, main_before, setup_files)
+    baseline = write_baseline(Path(task.log_dir, "baseline.json"), before, main_before, setup_files, index_before)
     registry.move(task.id, "ACTIVE", baseline=str(baseline))
     registry.set_option(task.id, "baseline_sha256", file_digest(baseline))
     return run_and_judge(opts, registry, Ready(task=task, pins=pins, role=role, checks=checks, armed=armed,
                                                before=before, main_before=main_before,
-                                               notes=(*notes, *armed.notes), setup=setup, setup_files=setup_files))
+                                               notes=(*notes, *armed.notes), setup=setup, setup_files=setup_files,
+                                               index_before=index_before))
 
 
 def _setup(opts: ExecOptions, role: Role, task: Task, pins: Pins, armed: prevention.Armed, registry: Registry
@@ -99,10 +102,36 @@ def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
 
 
 def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str],
-                   setup_files: Mapping[str, str] | None = None) -> Path:
+                   setup_files: Mapping[str, str] | None = None, index_before: Mapping[str, Any] | None = None) -> Path:
     path.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before,
-                                "setup_files": setup_files or {}}))
+                                "setup_files": setup_files or {}, "index": index_before}))
     return path
+
+
+def keep_index(pins: Pins, log_dir: Path) -> dict[str, Any] | None:
+    """ccm-guard's copy of the task's index as it is before the agent, and the identity that
+    shows it untouched since (any write changes its change time): the clean-tree gate reads
+    the work tree by its stat data, not by what the agent's index says (None: no copy)."""
+    copy = log_dir / "index.before"
+    try:
+        shutil.copyfile(pins.admin_dir / "index", copy)
+        st = os.lstat(copy)
+    except OSError:
+        return None
+    return {"path": str(copy), "identity": [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}
+
+
+def kept_index(record: object) -> Path | None:
+    """The copy `keep_index` made, where it is still exactly as made (else None: every file is read)."""
+    if not isinstance(record, dict) or not isinstance(record.get("path"), str):
+        return None
+    try:
+        st = os.lstat(record["path"])
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] != record.get("identity"):
+        return None
+    return Path(record["path"])
 
 
 def file_digest(path: Path) -> str:
@@ -124,6 +153,7 @@ class Ready(NamedTuple):
     notes: tuple[str, ...] = ()  # for the verdict (what .worktreeinclude brought, ...)
     setup: StepResult | None = None  # the setup step's result (its failure: the agent does not run)
     setup_files: Mapping[str, str] | None = None  # what setup left uncommitted: not the agent's
+    index_before: Mapping[str, Any] | None = None  # ccm-guard's copy of the index (keep_index)
 
 
 def import_judging() -> None:
@@ -186,7 +216,8 @@ def run_and_judge(opts: ExecOptions, registry: Registry, ready: Ready) -> Verdic
     setup_files = ready.setup_files
 
     def judged() -> Verdict:
-        found = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed, setup_files)
+        found = judge(task, pins, before, main_before, registry, checks, leftovers, sandboxed, setup_files,
+                      index_before=kept_index(ready.index_before))
         found.agent, found.setup, found.recovery = agent, ready.setup, recovered
         return found
 

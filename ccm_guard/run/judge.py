@@ -79,10 +79,12 @@ def _agent_message(task: Task, pins: Pins) -> str | None:
 def judge(
     task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
     registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (), sandboxed: bool = True,
-    setup_files: Mapping[str, str] | None = None,
+    setup_files: Mapping[str, str] | None = None, *, index_before: Path | None = None,
 ) -> Verdict:
     """Snapshot again (files only, no git), compare, decide trust, run the gates.
-    `sandboxed`: the agent could not write the registry (its records excuse for certain)."""
+    `sandboxed`: the agent could not write the registry (its records excuse for certain).
+    `index_before`: ccm-guard's copy of the task's index from before the agent (see
+    git.status_without_trusting_index; None: every file of the work tree is read)."""
     after = take(pins, previous=before)
     main_git_dir = Path(task.main_git_dir)
     delta = compare(before, after, pins, main_git_dir)
@@ -105,7 +107,7 @@ def judge(
         # The two walks of a work tree, the task's and the person's, run side by side.
         main = git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree))
         ctx.main_repo = main
-        ctx.task_status = Later(lambda: git.status(repo, ignored=True))
+        ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, task.base, ignored=True))
         main_status = Later(lambda: main_files(main))
         if main_before is not None:
             try:

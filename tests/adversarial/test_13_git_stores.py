@@ -9,11 +9,12 @@ Landlock (the task commits there), so each attack runs with and without the sand
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from adv import COMMIT, SANDBOXES, all_paths, plain_git
-from conftest import git, run_exec, write_agent
+from conftest import ccm, git, run_exec, write_agent
 
 # Python one-liners the attacking agent runs (it has python3 like any agent's machine).
 FORGE_LOOSE = """python3 - "$oid" "$objects" <<'PY'
@@ -175,6 +176,45 @@ echo junk > leftover.txt""")
     assert res.code == 1
     assert "leftover.txt" in all_paths(res, "clean-tree")
     assert sorted(p.name for p in temp.iterdir()) == []
+
+
+# The agent's index entry for src/app.py pairs HEAD's blob with the edited file's stat data
+# (same size): git trusts the stat data and never reads the file.
+FORGE_INDEX_ENTRY = """old=$(git rev-parse HEAD:src/app.py)
+printf "print('EVIL')\\n" > src/app.py   # as long as the committed "print('hi')"
+git add src/app.py
+sleep 1.1   # not "racily clean": the index is written well after the file
+python3 - "$(git rev-parse --git-path index)" "$old" <<'PY'
+import hashlib, struct, sys
+path, old = sys.argv[1], bytes.fromhex(sys.argv[2])
+data = bytearray(open(path, "rb").read())
+count, offset = struct.unpack(">I", data[8:12])[0], 12
+for _ in range(count):
+    length = struct.unpack(">H", data[offset + 60:offset + 62])[0] & 0xfff
+    if bytes(data[offset + 62:offset + 62 + length]) == b"src/app.py":
+        data[offset + 40:offset + 60] = old
+    offset += (62 + length + 8) & ~7
+body = bytes(data[:-20])
+open(path, "wb").write(body + hashlib.sha1(body).digest())
+PY"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_an_edit_hidden_by_a_forged_index_entry_fails_clean_tree(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    """Committed work, then an uncommitted edit that the agent's index hides from git status:
+    the kept worktree (and a --check run in it) would hold code that is not in the commit."""
+    agent = write_agent(tmp_path, f"{COMMIT}\n{FORGE_INDEX_ENTRY}")
+    res = run_exec(repo, agent, "--sandbox", sandbox)
+    worktree = Path(res.verdict["worktree"])
+    assert "EVIL" in (worktree / "src/app.py").read_text()
+    assert plain_git(worktree, "status", "--porcelain").stdout == ""  # git itself sees nothing
+    assert res.code == 1
+    assert "src/app.py" in all_paths(res, "clean-tree")
+    assert "changed but not committed" in res.reasons("clean-tree")
+    # A later audit of the kept worktree reads it the same way (from ccm-guard's own copy).
+    audit = json.loads(ccm("audit", "--json", res.verdict["task"], cwd=repo).stdout)
+    clean = next(g for g in audit["gates"] if g["name"] == "clean-tree")
+    assert clean["status"] == "fail" and "src/app.py" in clean["findings"][0]["paths"]
 
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 from conftest import git as gitcmd
+from conftest import make_repo
 from pytest_subprocess import FakeProcess
 
 from ccm_guard import git
@@ -471,3 +473,56 @@ def test_digests_taken_without_openssl_are_hashlibs(name: str) -> None:
         h.update(data)
         assert h.hexdigest() == hashlib.new(name, data).hexdigest()
     assert digest.sha256_hex(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+def _forge_entry(repo: Path, path: str, blob: str) -> None:
+    """Put `blob` back into the index entry of `path`, keeping the entry's stat data."""
+    import struct
+
+    index = repo / ".git" / "index"
+    data = bytearray(index.read_bytes())
+    count, offset = struct.unpack(">I", data[8:12])[0], 12
+    for _ in range(count):
+        length = struct.unpack(">H", data[offset + 60:offset + 62])[0] & 0xFFF
+        if bytes(data[offset + 62:offset + 62 + length]) == path.encode():
+            data[offset + 40:offset + 60] = bytes.fromhex(blob)
+        offset += (62 + length + 8) & ~7
+    body = bytes(data[:-20])
+    index.write_bytes(body + hashlib.sha1(body).digest())
+
+
+@pytest.mark.parametrize("trusted", ["kept", "tampered", "none"])
+def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: str) -> None:
+    """Whether from ccm-guard's own copy of the index or (without one, or with one changed
+    since it was kept) from HEAD's tree alone, the edit is seen; so is what the agent's index
+    stages over HEAD while the file is put back."""
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"a.txt": "one\n", "b.txt": "two\n", "c.txt": "six\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    record = keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs)
+    assert record is not None
+    if trusted == "tampered":
+        Path(record["path"]).write_bytes(Path(record["path"]).read_bytes())  # same bytes, a write all the same
+    copy = kept_index(record if trusted != "none" else None)
+    assert (copy is not None) == (trusted == "kept")
+    (repo / "c.txt").write_text("new\n")  # committed work: fine
+    gitcmd(repo, "commit", "-q", "-am", "work")
+    old = gitcmd(repo, "rev-parse", "HEAD:a.txt").strip()
+    (repo / "a.txt").write_text("EVIL\n")  # as long as "one"
+    gitcmd(repo, "add", "a.txt")
+    (repo / "b.txt").write_text("2\n")
+    gitcmd(repo, "add", "b.txt")
+    (repo / "b.txt").write_text("two\n")  # staged, then put back on disk
+    _forge_entry(repo, "a.txt", old)
+    os.utime(repo / ".git" / "index", (time.time() + 5, time.time() + 5))  # not racily clean
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    assert not [e for e in git.status(r) if e.path == "a.txt"]  # git's own status is fooled
+    entries = {e.path: e.code for e in git.status_without_trusting_index(r, copy, base, ignored=True)}
+    assert entries == {"a.txt": ".M", "b.txt": "M."}, entries
+    from ccm_guard.git.checkout import private_index
+
+    index = tmp_path / "private-index"
+    assert private_index(r, copy, base, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
