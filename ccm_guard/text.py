@@ -13,7 +13,20 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\
 
 
 def safe(text: str) -> str:
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    return _UNSAFE.sub(_escaped, text)
+
+
+_UNSAFE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe_lines(text: str) -> str:
+    """`safe` for text shown as lines (a diff): newlines and tabs stay as they are."""
+    return _UNSAFE_IN_LINES.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = ord(match.group())
+    return f"\\x{char:02x}" if char < 0x100 else f"\\u{char:04x}"
 
 
 def human_age(seconds: float) -> str:

@@ -15,6 +15,7 @@ from ccm_guard import __version__
 from ccm_guard.cli import demo, exec, gc, pool, repo, task
 from ccm_guard.cli.options import CONTEXT
 from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
+from ccm_guard.text import safe
 
 # click >= 8.2 raises this for a group run without arguments (older ones print the help).
 _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -38,7 +39,8 @@ class _OneLineErrors(click.Group):
             click.echo(f"ccm-guard: error: {exc.format_message()}{where}", err=True)
             sys.exit(int(ExitCode.USAGE))
         except click.ClickException as exc:
-            click.echo(f"ccm-guard: error: {exc.format_message()}", err=True)
+            # A message may quote what the agent chose (a lock reason, a path): shown escaped.
+            click.echo(f"ccm-guard: error: {safe(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("ccm-guard: interrupted", err=True)

@@ -10,6 +10,7 @@ import click
 
 from ccm_guard.cli.options import CONTEXT, handled, json_text
 from ccm_guard.errors import ExitCode
+from ccm_guard.text import safe
 
 if TYPE_CHECKING:
     from ccm_guard.gc import Action
@@ -126,4 +127,4 @@ def render(actions: list["Action"], dry_run: bool) -> str:
                 lines.append(f"         error: {a.error}")
     for a in alone:
         lines.append(f"  left alone {a.kind:16} {a.subject}: {a.reason}")
-    return "\n".join(lines)
+    return "\n".join(safe(line) for line in lines)  # a lock reason, a path: the agent may have chosen them

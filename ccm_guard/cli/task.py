@@ -17,6 +17,7 @@ from ccm_guard.cli.options import (
     run_options,
 )
 from ccm_guard.errors import EXIT_CODE_TABLE
+from ccm_guard.text import safe, safe_lines
 
 
 def _task_command(name: str, *params: Callable[[Any], Any], json_flag: bool = True,
@@ -144,7 +145,7 @@ def task_show(task_id: str, as_json: bool) -> None:
     div = extra.get("divergence")
     if div:
         state = "already applied" if div["applied"] else (
-            f"apply would conflict in {len(div['conflicts'])} path(s): {', '.join(sorted(div['conflicts']))}"
+            f"apply would conflict in {len(div['conflicts'])} path(s): {', '.join(safe(p) for p in sorted(div['conflicts']))}"
             if div["conflicts"] else "applies cleanly")
         click.echo(f"{'divergence:':15} task +{div['task_commits']}, {div['target']} +{div['target_commits']} "
                    f"since the base; {state}")
@@ -164,7 +165,10 @@ def task_diff(task_id: str, other: str | None) -> None:
     from ccm_guard.state.registry import Registry
     from ccm_guard.worktree.ops import diff
 
-    click.echo(diff(Registry(), task_id, other), nl=False)
+    text = diff(Registry(), task_id, other)
+    # The agent wrote these bytes: on a terminal its escape sequences are shown, not obeyed
+    # (a pipe, e.g. into a patch file, gets them as they are).
+    click.echo(safe_lines(text) if sys.stdout.isatty() else text, nl=False)
 
 
 @_task_command("compare")

@@ -118,3 +118,32 @@ def test_a_commit_that_claims_to_be_ccm_guards_fails_the_run(repo: Path, tmp_pat
     res = run_exec(repo, agent, "--sandbox", "none")
     assert res.code == 1
     assert "claims to be ccm-guard's" in res.reasons("new-commit")
+
+
+def _on_a_terminal(repo: Path, *args: str) -> bytes:
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", *args], cwd=repo,
+                            stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    out = read_terminal(leader)
+    proc.wait(timeout=60)
+    return out
+
+
+ESCAPES = r"\033]52;c;ZWNobyBwd25lZAo=\007\033[2J\033]0;T\007"
+
+
+def test_escapes_in_the_agents_files_and_lock_reason_are_shown_not_obeyed(repo: Path, tmp_path: Path) -> None:
+    """`task diff` shows the agent's file as git shows a diff (no pager here to filter it):
+    the clipboard write, the screen clear and the title change arrive escaped; so does a
+    lock reason the agent wrote for gc to print. A pipe still gets the diff's bytes."""
+    agent = write_agent(tmp_path, f"""printf 'x\\n{ESCAPES}\\n' > esc.py; git add esc.py; git commit -q -m esc
+printf 'x {ESCAPES}' > "$(git rev-parse --absolute-git-dir)/locked\"""")
+    res = run_exec(repo, agent, "--task", "esc")
+    assert "locked" in res.reasons("git-metadata")
+    for out in (_on_a_terminal(repo, "task", "diff", "esc"), _on_a_terminal(repo, "gc", "--older-than", "0s")):
+        assert b"\x1b]52" not in out and b"\x1b[2J" not in out and b"\x1b]0;" not in out, out
+        assert b"\\x1b]52;c;" in out, out
+    piped = subprocess.run([sys.executable, "-m", "ccm_guard", "task", "diff", "esc"], cwd=repo,
+                           capture_output=True, stdin=subprocess.DEVNULL, timeout=60).stdout
+    assert b"\x1b]52;c;" in piped
