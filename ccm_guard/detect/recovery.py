@@ -32,7 +32,9 @@ from ccm_guard.errors import GitError, RepoError
 TRAILER = "Recovery-Reason: sandbox blocked commit"
 DEFAULT_MESSAGE = "Commit work the sandbox kept the agent from committing"
 # git matches trailer tokens case-insensitively and allows blanks before the colon.
-_OLD_TRAILER = re.compile(r"\s*recovery-reason\s*:", re.IGNORECASE)
+# Lines of the agent's message that only ccm-guard may write: the commit is made (and
+# recorded) as ccm-guard's, so a claim the agent put in it would be believed later.
+_OLD_TRAILER = re.compile(r"\s*(recovery-reason|ccm-guard-[a-z0-9-]*)\s*:", re.IGNORECASE)
 _TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\s*:\s|\s")
 
 
@@ -129,8 +131,9 @@ def with_trailer(message: str | None) -> str:
 
     Done here rather than by `git interpret-trailers`, which reads trailer.* from the
     repository's config, where `trailer.<token>.cmd` runs a command the agent chose.
-    Any Recovery-Reason line the agent wrote is dropped, with its continuation lines,
-    so the one ccm-guard adds is the only one.
+    Any Recovery-Reason or Ccm-Guard-* line the agent wrote is dropped, with its
+    continuation lines, so the one ccm-guard adds is the only one (and the agent's text
+    makes no claim in a commit recorded as ccm-guard's).
     """
     lines: list[str] = []
     dropping = False

@@ -70,6 +70,8 @@ def test_only_allowed_paths_are_committed_and_the_rest_stays_dirty(tmp_path: Pat
      f"Fix it\n\nSigned-off-by: A <a@x>\n{recovery.TRAILER}\n"),
     ("Fix it\n\nRecovery-Reason: one\n\nRecovery-Reason: two\n", f"Fix it\n\n{recovery.TRAILER}\n"),
     ("\n\nFix it   \n\n\n", f"Fix it\n\n{recovery.TRAILER}\n"),
+    # Claims only ccm-guard makes: the recovered commit is recorded as its own.
+    ("Fix it\n\nCcm-Guard-Task: other\nccm-guard-head : 1111\n", f"Fix it\n\n{recovery.TRAILER}\n"),
 ])
 def test_exactly_one_trailer(message: str | None, expected: str) -> None:
     assert recovery.with_trailer(message) == expected
