@@ -106,3 +106,25 @@ git commit -q -m attrs || true""")
     assert ".gitattributes" not in branch_files(repo, "ccm/envownhooks")
     assert [r["op"] for r in refusals(res)] == ["dangerous-config", "dangerous-config"]
     assert all(r["reason"].startswith("GIT_CONFIG_PARAMETERS: core.hookspath ") for r in refusals(res))
+
+
+def test_an_agent_may_undo_its_own_reset_but_not_reset_onto_another_branch(repo: Path, tmp_path: Path) -> None:
+    """`git reset --hard ORIG_HEAD` (or HEAD@{1}) after `git reset --hard HEAD~1` goes back to
+    a commit the task's branch was at: allowed. A commit it never was at (main moved on,
+    another branch) stays refused as reset-outside."""
+    git(repo, "checkout", "-q", "-b", "other")
+    (repo / "other.txt").write_text("other\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "other work")
+    git(repo, "checkout", "-q", "main")
+    agent = write_agent(tmp_path, f"""{COMMIT}
+echo two > two.txt; git add two.txt; git commit -q -m two
+git reset -q --hard HEAD~1
+git reset -q --hard ORIG_HEAD
+git reset -q --hard HEAD~1
+git reset -q --hard 'HEAD@{{1}}'
+git reset -q --hard other || true""")
+    res = run_exec(repo, agent, "--task", "undo")
+    assert [r["op"] for r in refusals(res)] == ["reset-outside"]
+    assert "two.txt" in branch_files(repo, "ccm/undo") and "other.txt" not in branch_files(repo, "ccm/undo")
+    assert res.code == 0, res.verdict
