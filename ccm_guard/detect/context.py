@@ -56,6 +56,9 @@ class Context:
     main_files_after: Mapping[str, str] | None = None
     # admin dir name -> branch ref, of the other registered tasks
     other_tasks: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Ids of the other tasks of the repository whose registry rows changed during the run:
+    # the ones a ccm-guard command wrote archives, snapshots or push records for meanwhile.
+    recorded_ids: frozenset[str] = frozenset()
     leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
     # The task worktree's status (ignored paths included), when it was read ahead in parallel.
     task_status: Later[list[git.StatusEntry]] | None = None

@@ -96,6 +96,7 @@ def judge(
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
+                  recorded_ids=frozenset(t.id for t in neighbours if t.updated_at >= before.taken_at - 1),
                   ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
                   ccm_commits=registry.get(task.id).ccm_commits(), registry_reachable=not sandboxed,
                   setup_files=setup_files or {})

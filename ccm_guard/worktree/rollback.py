@@ -33,7 +33,10 @@ def take_snapshot(registry: Registry, task_id: str, why: str = "by hand") -> dic
     task = registry.get(task_id)
     require_git(task, "task snapshot")
     repo = task_repo(task)
-    return _snapshot(repo, task, why)
+    made = _snapshot(repo, task, why)
+    # On the task's row: a run at work meanwhile sees who wrote the new snapshot ref.
+    registry.set_option(task_id, "last_snapshot", made["snapshot"])
+    return made
 
 
 def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 from adv import COMMIT, SANDBOXES, all_paths, plain_git, refusals
-from conftest import ExecResult, git, marker_script, run_exec, write_agent
+from conftest import (
+    ExecResult,
+    ccm,
+    git,
+    marker_script,
+    run_exec,
+    spawn_exec,
+    write_agent,
+)
 
 
 def finished_task(repo: Path, tmp_path: Path, name: str = "done") -> ExecResult:
@@ -334,3 +342,45 @@ def test_a_remote_tracking_ref_pointed_at_the_agents_commit_is_named(repo: Path,
         return
     assert moved and res.status("refs-untouched") == "warn"
     assert "a merge or reset to it would take what it now names" in res.reasons("refs-untouched")
+
+
+def test_a_ccm_guard_ref_planted_for_another_task_fails_the_run(repo: Path, tmp_path: Path) -> None:
+    """Without the sandbox the agent can write refs/ccm-guard/: a snapshot planted for a
+    finished task is what `task rollback T --to-snapshot N` would reset T to, an archive
+    what `task restore` would bring back. Only refs a ccm-guard command wrote for a task
+    at work meanwhile are excused."""
+    first = run_exec(repo, write_agent(tmp_path, COMMIT, name="first.sh"), "--task", "t1")
+    assert first.code == 0
+    time.sleep(1.2)  # t1's row last changed before this run began (a second's slack is allowed)
+    agent = write_agent(tmp_path, f"""{COMMIT}
+evil=$(echo evil | rgit commit-tree "$(git rev-parse HEAD^{{tree}})" -p HEAD)
+for ref in snapshots/t1/7 archive/t1 whatever; do rgit update-ref refs/ccm-guard/$ref "$evil"; done""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--task", "plant")
+    assert res.code == 1
+    named = all_paths(res, "refs-untouched")
+    assert {"refs/ccm-guard/snapshots/t1/7", "refs/ccm-guard/archive/t1", "refs/ccm-guard/whatever"} <= set(named)
+    assert "no ccm-guard run recorded" in res.reasons("refs-untouched")
+
+
+def test_archives_and_snapshots_ccm_guard_writes_for_other_tasks_meanwhile_pass(repo: Path, tmp_path: Path) -> None:
+    """While a task runs, the person snapshots one finished task and discards another: the
+    new refs under refs/ccm-guard/ are ccm-guard's own, recorded, and fail nothing."""
+    for name in ("kept", "dropped"):
+        assert run_exec(repo, write_agent(tmp_path, COMMIT, name=f"{name}.sh"), "--task", name).code == 0
+    time.sleep(1.2)  # their rows last changed before the next run began (a second's slack is allowed)
+    gate = tmp_path / "go"
+    agent = write_agent(tmp_path, f"while [ ! -e {gate} ]; do sleep 0.05; done\n{COMMIT}", name="slow.sh")
+    proc = spawn_exec(repo, "--json", "--task", "slow", "--", str(agent))
+    try:
+        deadline = time.monotonic() + 60
+        while '"ACTIVE"' not in ccm("task", "show", "slow", "--json", cwd=repo).stdout:  # its baseline is taken
+            assert time.monotonic() < deadline and proc.poll() is None, "the task did not start"
+            time.sleep(0.05)
+        assert ccm("task", "snapshot", "kept", cwd=repo).returncode == 0
+        assert ccm("task", "discard", "dropped", cwd=repo).returncode == 0
+    finally:
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/ccm-guard/").split() == [
+        "refs/ccm-guard/archive/dropped", "refs/ccm-guard/snapshots/kept/1"]
+    assert proc.returncode == 0, out + err

@@ -45,7 +45,11 @@ def refs_untouched(ctx: Context) -> list[Finding]:
         if rc.after is not None and not plain(rc.after):
             findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
         elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
-            continue  # a new archive or snapshot written by another ccm-guard run
+            if _owner(rc.ref) not in ctx.recorded_ids:
+                findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}, and no ccm-guard run recorded "
+                                        "for that task did anything meanwhile (`task restore` and `task rollback "
+                                        "--to-snapshot` would take what it names)", (rc.ref,)))
+            # else: an archive, snapshot or push record another ccm-guard run wrote
         elif rc.ref == "refs/stash":  # shared by every worktree: the agent's `git stash` lands in yours
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)} (a stash of yours, or the agent's? "
                                     "`git stash list` shows it; a `git stash pop` of the agent's entry applies its "
@@ -59,6 +63,12 @@ def refs_untouched(ctx: Context) -> list[Finding]:
         else:
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
     return findings
+
+
+def _owner(ref: str) -> str:
+    """The task a ref under refs/ccm-guard/ is for: refs/ccm-guard/<kind>/<task>[/<n>]."""
+    parts = ref.split("/")
+    return parts[3] if len(parts) > 3 else ""
 
 
 def _moved_by_its_task(ctx: Context, ref: str) -> bool:
