@@ -291,9 +291,11 @@ def _put_back(pins: Pins, head: str, setup_files: dict[str, str]) -> tuple[list[
     wrote = {e.path for e in git.status(repo)} - set(setup_files)  # as it left them: for the report
     now = git.resolve_commit(repo, pins.branch_ref)
     moved = now != head
-    if moved:
-        git.update_ref(repo, pins.branch_ref, head, now, message="ccm-guard: undo what --check committed")
-    if git.symbolic_head(repo) != pins.branch_ref:
+    on_branch = git.symbolic_head(repo) == pins.branch_ref
+    if moved:  # through HEAD where it can: the worktree's HEAD reflog then records the move too
+        git.update_ref(repo, "HEAD" if on_branch else pins.branch_ref, head, now,
+                       message="ccm-guard: undo what --check committed")
+    if not on_branch:
         git.set_symbolic_head(repo, pins.branch_ref)
         moved = True
     entries = git.status(repo)  # against the agent's commit again: what differs now is the check's

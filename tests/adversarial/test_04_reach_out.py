@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from adv import COMMIT, SANDBOXES, all_paths, plain_git, refusals
+from adv import COMMIT, SANDBOXES, all_paths, needs_landlock, plain_git, refusals
 from conftest import (
     ExecResult,
     ccm,
@@ -384,3 +384,25 @@ def test_archives_and_snapshots_ccm_guard_writes_for_other_tasks_meanwhile_pass(
     assert git(repo, "for-each-ref", "--format=%(refname)", "refs/ccm-guard/").split() == [
         "refs/ccm-guard/archive/dropped", "refs/ccm-guard/snapshots/kept/1"]
     assert proc.returncode == 0, out + err
+
+
+@needs_landlock
+def test_a_fork_that_points_its_siblings_branch_at_its_own_commit_fails_itself(repo: Path, tmp_path: Path) -> None:
+    """refs/heads/ccm/ is every task's, so under the sandbox a fork can write its sibling's
+    branch file while the sibling is at work (here: its own commit, over the sibling's).
+    The sibling's HEAD reflog, which the attacker cannot write, never went there: the
+    attacker fails refs-untouched, and is not the one to pick."""
+    agent = write_agent(tmp_path, """common=$(git rev-parse --git-common-dir)
+case $CCM_GUARD_TASK in
+*-1) echo one >> src/app.py; git commit -qam fork1
+     sibling=$common/refs/heads/${CCM_GUARD_BRANCH%-1}-2; start=$(cat "$sibling"); i=0
+     while [ $i -lt 100 ] && [ "$(cat "$sibling")" = "$start" ]; do sleep 0.1; i=$((i+1)); done
+     sleep 0.3; git rev-parse HEAD > "$sibling" ;;
+*-2) sleep 1; echo two >> src/app.py; git commit -qam fork2; sleep 3 ;;
+esac""")
+    proc = ccm("exec", "--json", "--task", "fk", "--fork", "2", "--jobs", "2", "--", str(agent), cwd=repo,
+               timeout=120)
+    forks = {f["task"]: f for f in json.loads(proc.stdout)["forks"]}
+    assert forks["fk-1"]["outcome"] == "gates-failed" and not forks["fk-1"]["pickable"]
+    assert "refs-untouched" in forks["fk-1"]["failed_gates"]
+    assert not forks["fk-2"]["pickable"]  # the victim's branch holds the attacker's commit: not its work

@@ -22,6 +22,7 @@ from ccm_guard.detect.context import (
 from ccm_guard.detect.delta import FileChange, Owner, RefChange
 from ccm_guard.detect.snapshot import Entry
 from ccm_guard.errors import GitError
+from ccm_guard.files import read_regular
 from ccm_guard.git import config as configfile
 from ccm_guard.state.home import hooks_dir
 
@@ -32,7 +33,7 @@ def refs_untouched(ctx: Context) -> list[Finding]:
     checked_out = _checked_out_branches(ctx)
     findings = []
     for rc in ctx.delta.refs:
-        if rc.ref in others and (rc.after is None or plain(rc.after)) and _moved_by_its_task(ctx, rc.ref):
+        if rc.ref in others and (rc.after is None or plain(rc.after)) and _moved_by_its_task(ctx, rc):
             continue  # another task's branch made, moved or removed by its own run; its gates judge it
         if rc.ref == own and plain(rc.after):
             continue
@@ -71,20 +72,34 @@ def _owner(ref: str) -> str:
     return parts[3] if len(parts) > 3 else ""
 
 
-def _moved_by_its_task(ctx: Context, ref: str) -> bool:
+def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
     """Another task's branch moved by that task's own run or command: its gates judge it.
     A finished task's branch moved by this run is not, and that task's gates will not run
     again. Its own doing shows as that task being at work during this run (the registry),
-    or as a commit in its worktree (its index or HEAD reflog moved too)."""
+    or as a commit in its worktree (its index or HEAD reflog moved too). A branch that
+    existed before must also point where that worktree's HEAD went: its HEAD reflog, which
+    only that worktree's git writes (under the sandbox no other task can), holds the new
+    tip. A sibling fork that writes its own commit into the ref file (refs/heads/ccm/ is
+    every task's) fails here; one that sets it back to a commit the sibling had is not
+    caught (docs/attacks.md, section 4)."""
     for name, branch in ctx.other_tasks.items():
-        if branch != ref:
+        if branch != rc.ref:
             continue
         prefix = f"common/worktrees/{name}/"
-        if ctx.delta.changed(prefix + "index") or ctx.delta.changed(prefix + "logs/HEAD"):
-            return True
-        if name in ctx.tasks_at_work:
-            return True
+        if not (ctx.delta.changed(prefix + "index") or ctx.delta.changed(prefix + "logs/HEAD")
+                or name in ctx.tasks_at_work):
+            continue
+        if rc.before is None or rc.after is None:
+            return True  # made by its exec, or removed by its discard (recorded moves aside)
+        return rc.after in _head_tips(ctx.pins.common_dir / "worktrees" / name / "logs" / "HEAD")
     return False
+
+
+def _head_tips(reflog: Path) -> list[str]:
+    """The commits a worktree's HEAD reflog says HEAD went to, oldest first (its last MB)."""
+    data = read_regular(reflog, 1 << 20, tail=True) or b""
+    return [line.split(b" ", 2)[1].decode("ascii", "replace") for line in data.split(b"\n")
+            if line.count(b" ") >= 2]
 
 
 def _moved_by_ccm_guard(ctx: Context, rc: RefChange) -> bool:
