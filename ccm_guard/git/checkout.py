@@ -245,14 +245,14 @@ def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
     return _status(repo, ignored=True, untracked=True, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
 
 
-# Stat data decides which files git reads: no config may loosen how it is compared.
+# Stat data decides which files git reads: no config may loosen how it is compared. (A
+# sparse task's own settings stay: its skipped files are absent, not deleted, and one
+# written outside the cone is seen as git sees it in the task.)
 _STAT_CHECKED = {
-    "GIT_CONFIG_COUNT": "5",
-    "GIT_CONFIG_KEY_0": "core.sparseCheckout", "GIT_CONFIG_VALUE_0": "false",
-    "GIT_CONFIG_KEY_1": "index.sparse", "GIT_CONFIG_VALUE_1": "false",
-    "GIT_CONFIG_KEY_2": "core.trustCtime", "GIT_CONFIG_VALUE_2": "true",
-    "GIT_CONFIG_KEY_3": "core.checkStat", "GIT_CONFIG_VALUE_3": "default",
-    "GIT_CONFIG_KEY_4": "core.ignoreStat", "GIT_CONFIG_VALUE_4": "false",
+    "GIT_CONFIG_COUNT": "3",
+    "GIT_CONFIG_KEY_0": "core.trustCtime", "GIT_CONFIG_VALUE_0": "true",
+    "GIT_CONFIG_KEY_1": "core.checkStat", "GIT_CONFIG_VALUE_1": "default",
+    "GIT_CONFIG_KEY_2": "core.ignoreStat", "GIT_CONFIG_VALUE_2": "false",
 }
 
 
