@@ -256,8 +256,8 @@ _STAT_CHECKED = {
 }
 
 
-def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *, ignored: bool
-                                  ) -> list[StatusEntry]:
+def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *, ignored: bool,
+                                  head: str | None = None) -> list[StatusEntry]:
     """`status` of the work tree against HEAD, where the index the agent wrote decides nothing
     about which files git reads: git skips a file whose stat data matches its index entry,
     and an agent can write an entry that pairs HEAD's blob with its edited file's stat data.
@@ -267,12 +267,13 @@ def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *
     commits changed lose their stat data, so git reads those files, and any other file the
     run wrote has a new change time, which no one can set back, so git reads it too. Without
     one (or where the merge fails) the private index is HEAD's tree without stat data:
-    every file is read. What the agent's index stages on top of HEAD is listed as well."""
+    every file is read. What the agent's index stages on top of HEAD is listed as well.
+    `head`: the task branch's tip, where known; at `base` the copy needs no merge."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ccm-guard-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **_STAT_CHECKED}
-        private_index(repo, trusted, base, env)
+        private_index(repo, trusted, base, env, unmoved=head == base)
         entries = _status(repo, ignored=ignored, untracked=True, env=env)
     listed = {e.path for e in entries}
     for change in staged_changes(repo):
@@ -281,14 +282,18 @@ def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *
     return entries
 
 
-def private_index(repo: Repo, trusted: Path | None, base: str, env: Mapping[str, str]) -> bool:
+def private_index(repo: Repo, trusted: Path | None, base: str, env: Mapping[str, str], *,
+                  unmoved: bool = False) -> bool:
     """Make env's GIT_INDEX_FILE hold HEAD: from `trusted` (at `base`) where it can, keeping
-    its stat data for the files the commits did not change (True); else HEAD's tree alone."""
+    its stat data for the files the commits did not change (True); else HEAD's tree alone.
+    `unmoved`: HEAD is still at `base`, so the copy is HEAD already (no git process)."""
     import shutil
 
     private = Path(env["GIT_INDEX_FILE"])
     if trusted is not None:
         shutil.copyfile(trusted, private)
+        if unmoved:
+            return True
         # -i: the work tree is not asked (it is what is being judged).
         if run(["read-tree", "-m", "-i", base, "HEAD"], repo, env=env, check=False).returncode == 0:
             return True

@@ -526,3 +526,23 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
 
     index = tmp_path / "private-index"
     assert private_index(r, copy, base, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
+
+
+def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_path: Path) -> None:
+    """HEAD still at the base: ccm-guard's copy is HEAD's index already (no merge), and the
+    edit is seen all the same."""
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"a.txt": "one\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs))
+    (repo / "a.txt").write_text("BAD\n")
+    gitcmd(repo, "add", "a.txt")
+    _forge_entry(repo, "a.txt", gitcmd(repo, "rev-parse", "HEAD:a.txt").strip())
+    os.utime(repo / ".git" / "index", (time.time() + 5, time.time() + 5))
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    assert not git.status(r)
+    assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, base, ignored=True, head=base)] == [
+        ("a.txt", ".M")]
