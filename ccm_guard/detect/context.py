@@ -56,9 +56,10 @@ class Context:
     main_files_after: Mapping[str, str] | None = None
     # admin dir name -> branch ref, of the other registered tasks
     other_tasks: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # Ids of the other tasks of the repository whose registry rows changed during the run:
-    # the ones a ccm-guard command wrote archives, snapshots or push records for meanwhile.
-    recorded_ids: frozenset[str] = frozenset()
+    # The refs under refs/ccm-guard/ that ccm-guard commands recorded writing, on rows that
+    # changed during the run (ref -> the commit recorded, None where any): a discard's
+    # archive, a snapshot, an apply's push record.
+    recorded_refs: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
     leftovers: tuple[str, ...] = ()  # processes the agent left running (already killed)
     # The task worktree's status (ignored paths included), when it was read ahead in parallel.
     task_status: Later[list[git.StatusEntry]] | None = None

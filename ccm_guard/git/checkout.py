@@ -133,6 +133,11 @@ def status(repo: Repo, *, ignored: bool = False, untracked: bool = True) -> list
     return _status(repo, ignored=ignored, untracked=untracked)
 
 
+def skip_worktree_paths(repo: Repo) -> set[str]:
+    """Tracked paths the repo's own index marks skip-worktree (a sparse checkout's skipped files)."""
+    return {record[2:] for record in run(["ls-files", "-t", "-z"], repo).z() if record.startswith("S ")}
+
+
 def hidden_by_index_flags(repo: Repo) -> list[str]:
     """Tracked paths whose changes `git status` does not look at: flagged assume-unchanged
     (`update-index --assume-unchanged`), or skip-worktree while the file is there on disk
@@ -256,14 +261,21 @@ _STAT_CHECKED = {
 }
 
 
-def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *, ignored: bool,
+class KeptIndex(NamedTuple):
+    """ccm-guard's copy of a task's index file, and the commit it was taken at."""
+
+    path: Path
+    at: str
+
+
+def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, base: str, *, ignored: bool,
                                   head: str | None = None) -> list[StatusEntry]:
     """`status` of the work tree against HEAD, where the index the agent wrote decides nothing
     about which files git reads: git skips a file whose stat data matches its index entry,
     and an agent can write an entry that pairs HEAD's blob with its edited file's stat data.
 
-    `trusted` is ccm-guard's copy of the index taken before the agent (None: none to be had),
-    at `base`. A private copy of it is brought to HEAD by a two-tree merge: entries the
+    `trusted` is ccm-guard's copy of the index taken before the agent (None: none to be had;
+    then `base` is the commit to compare with). A private copy of it is brought to HEAD by a two-tree merge: entries the
     commits changed lose their stat data, so git reads those files, and any other file the
     run wrote has a new change time, which no one can set back, so git reads it too. Without
     one (or where the merge fails) the private index is HEAD's tree without stat data:
@@ -273,8 +285,17 @@ def status_without_trusting_index(repo: Repo, trusted: Path | None, base: str, *
 
     with tempfile.TemporaryDirectory(prefix="ccm-guard-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **_STAT_CHECKED}
-        private_index(repo, trusted, base, env, unmoved=head == base)
+        if trusted is not None:
+            private_index(repo, trusted.path, trusted.at, env, unmoved=head == trusted.at)
+        else:
+            private_index(repo, None, base, env)
         entries = _status(repo, ignored=ignored, untracked=True, env=env)
+    if any(e.code == ".D" for e in entries):
+        # A sparse task's files outside its cone are absent by design: the private index,
+        # made from trees, does not know which ones the task skips; the task's own does
+        # (a skipped file that is on disk is named by hidden_by_index_flags).
+        skipped = skip_worktree_paths(repo)
+        entries = [e for e in entries if not (e.code == ".D" and e.path in skipped)]
     listed = {e.path for e in entries}
     for change in staged_changes(repo):
         if change.path not in listed:
@@ -291,7 +312,7 @@ def private_index(repo: Repo, trusted: Path | None, base: str, env: Mapping[str,
 
     private = Path(env["GIT_INDEX_FILE"])
     if trusted is not None:
-        shutil.copyfile(trusted, private)
+        shutil.copy2(trusted, private)  # with its mtime: entries as new as the index stay untrusted
         if unmoved:
             return True
         # -i: the work tree is not asked (it is what is being judged).

@@ -291,8 +291,10 @@ def _parse(data: bytes) -> list[tuple[str, str]]:
 # The spelling of config that git reads one way only, and the one tools write: `[section]` or
 # `[section "subsection"]`, and `name = value` without quotes, escapes, comments or tabs in
 # the value. Anything else, or anything git would refuse, is git's to parse.
+# (No pattern here can backtrack over a run of blanks: an agent writes some of these files.)
 _PLAIN_HEADER = re.compile(r'\[([A-Za-z0-9-]+)(?: "([^"\\\x00-\x1f\x7f]+)")?\][ \t]*')
-_PLAIN_VARIABLE = re.compile(r'([A-Za-z][A-Za-z0-9-]*)[ \t]*(?:=[ \t]*([^"\\#;\x00-\x1f\x7f]*?))?[ \t]*')
+_PLAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
+_NOT_PLAIN_VALUE = re.compile(r'["\\#;\x00-\x1f\x7f]')
 
 
 def _parse_plain(data: bytes) -> list[tuple[str, str]] | None:
@@ -314,10 +316,11 @@ def _parse_plain(data: bytes) -> list[tuple[str, str]] | None:
             name, sub = header.groups()
             section = name.lower() if sub is None else f"{name.lower()}.{sub}"
             continue
-        variable = _PLAIN_VARIABLE.fullmatch(line)
-        if variable is None or section is None:
+        name, _, value = line.partition("=")
+        name, value = name.rstrip(" \t"), value.strip(" \t")
+        if section is None or not _PLAIN_NAME.fullmatch(name) or _NOT_PLAIN_VALUE.search(value):
             return None
-        pairs.append((f"{section}.{variable[1].lower()}", variable[2] or ""))
+        pairs.append((f"{section}.{name.lower()}", value))
     return pairs
 
 

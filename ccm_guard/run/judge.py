@@ -76,10 +76,27 @@ def _agent_message(task: Task, pins: Pins) -> str | None:
     return None
 
 
+def _recorded_refs(tasks: list[Task]) -> dict[str, str | None]:
+    """The refs under refs/ccm-guard/ these tasks' rows say ccm-guard wrote (ref -> commit,
+    None where the row does not say which)."""
+    from ccm_guard.state.pins import SNAPSHOT_PREFIX
+
+    refs: dict[str, str | None] = {}
+    for t in tasks:
+        for number, commit in (t.option("snapshots") or {}).items():
+            refs[f"{SNAPSHOT_PREFIX}{t.id}/{number}"] = commit
+        archive = t.option("archive") or {}
+        if archive.get("ref"):
+            refs[archive["ref"]] = None
+        if t.option("applying") or t.option("applied"):
+            refs[f"refs/ccm-guard/push/{t.id}"] = None
+    return refs
+
+
 def judge(
     task: Task, pins: Pins, before: Snapshot, main_before: Mapping[str, str] | None,
     registry: Registry, checks: Checks, leftovers: tuple[str, ...] = (), sandboxed: bool = True,
-    setup_files: Mapping[str, str] | None = None, *, index_before: Path | None = None,
+    setup_files: Mapping[str, str] | None = None, *, index_before: git.KeptIndex | None = None,
 ) -> Verdict:
     """Snapshot again (files only, no git), compare, decide trust, run the gates.
     `sandboxed`: the agent could not write the registry (its records excuse for certain).
@@ -96,7 +113,8 @@ def judge(
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
-                  recorded_ids=frozenset(t.id for t in neighbours if t.updated_at >= before.taken_at - 1),
+                  recorded_refs=_recorded_refs([t for t in [*neighbours, registry.get(task.id)]
+                                                if t.updated_at >= before.taken_at - 1]),
                   ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
                   ccm_commits=registry.get(task.id).ccm_commits(), registry_reachable=not sandboxed,
                   setup_files=setup_files or {})
@@ -108,8 +126,8 @@ def judge(
         # The two walks of a work tree, the task's and the person's, run side by side.
         main = git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree))
         ctx.main_repo = main
-        ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, task.base, ignored=True,
-                                                                          head=ctx.head))
+        ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, task.base,
+                                                                          ignored=True, head=ctx.head))
         main_status = Later(lambda: main_files(main))
         if main_before is not None:
             try:

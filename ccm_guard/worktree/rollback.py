@@ -34,9 +34,16 @@ def take_snapshot(registry: Registry, task_id: str, why: str = "by hand") -> dic
     require_git(task, "task snapshot")
     repo = task_repo(task)
     made = _snapshot(repo, task, why)
-    # On the task's row: a run at work meanwhile sees who wrote the new snapshot ref.
-    registry.set_option(task_id, "last_snapshot", made["snapshot"])
+    record_snapshots(registry, task_id, {made["snapshot"]: made["commit"]})
     return made
+
+
+def record_snapshots(registry: Registry, task_id: str, made: dict[int, str]) -> None:
+    """Which snapshot refs ccm-guard wrote (number -> commit), on the task's row: a run at
+    work meanwhile excuses exactly those new refs under refs/ccm-guard/, and no other."""
+    if made:
+        known = registry.get(task_id).option("snapshots") or {}
+        registry.set_option(task_id, "snapshots", {**known, **{str(n): sha for n, sha in made.items()}})
 
 
 def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
@@ -52,15 +59,15 @@ def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
 
 
 def auto_snapshots(host: git.Repo, task: Task, head: str, every: int,
-                   commits: list[tuple[str, str]] | None = None) -> list[int]:
+                   commits: list[tuple[str, str]] | None = None) -> dict[int, str]:
     """A snapshot at every `every`-th commit of the run (docs/design-notes.md#rollback-points), so a later rollback can
     go back part of the way. Commits already snapshotted are not taken twice. `commits`:
     base..head as the verdict listed them (oldest first), spared a second walk."""
     if every <= 0 or head == task.base:
-        return []
+        return {}
     taken = snapshots(host, task.id)
     have = set(taken.values())
-    made = []
+    made = {}
     number = max(taken, default=0)
     for index, (sha, _) in enumerate(commits if commits is not None else git.commits(host, task.base, head),
                                      start=1):
@@ -68,7 +75,7 @@ def auto_snapshots(host: git.Repo, task: Task, head: str, every: int,
             number += 1
             git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", sha,
                            message=f"ccm-guard: snapshot after commit {index}")
-            made.append(number)
+            made[number] = sha
     return made
 
 

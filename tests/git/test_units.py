@@ -459,6 +459,9 @@ def test_plain_config_is_read_without_git_exactly_as_git_reads_it(tmp_path: Path
         path.write_bytes(data)
         assert plain == git.config_entries(path), data
     assert all(configfile._parse_plain(data) is not None for data in _PLAIN_CONFIGS)
+    # An agent writes some of these files: a long run of blanks before a refused byte is
+    # refused at once (a pattern that backtracked over it took seconds).
+    assert configfile._parse_plain(b"[a]\ninclude = a" + b" " * 32000 + b"\x01\n") is None
     assert 20 < parsed_plainly < len(corpus)  # the corpus exercises both sides
 
 
@@ -477,15 +480,22 @@ def test_digests_taken_without_openssl_are_hashlibs(name: str) -> None:
 
 def _forge_entry(repo: Path, path: str, blob: str) -> None:
     """Put `blob` back into the index entry of `path`, keeping the entry's stat data."""
+    _patch_entry(repo / ".git" / "index", path, blob=bytes.fromhex(blob))
+
+
+def _patch_entry(index: Path, path: str, *, blob: bytes | None = None, ctime_ns: int | None = None) -> None:
+    """Rewrite one entry of a (version 2) index file: its object id, or its change time."""
     import struct
 
-    index = repo / ".git" / "index"
     data = bytearray(index.read_bytes())
     count, offset = struct.unpack(">I", data[8:12])[0], 12
     for _ in range(count):
         length = struct.unpack(">H", data[offset + 60:offset + 62])[0] & 0xFFF
         if bytes(data[offset + 62:offset + 62 + length]) == path.encode():
-            data[offset + 40:offset + 60] = bytes.fromhex(blob)
+            if blob is not None:
+                data[offset + 40:offset + 60] = blob
+            if ctime_ns is not None:
+                data[offset:offset + 8] = struct.pack(">II", ctime_ns // 10**9, ctime_ns % 10**9)
         offset += (62 + length + 8) & ~7
     body = bytes(data[:-20])
     index.write_bytes(body + hashlib.sha1(body).digest())
@@ -502,7 +512,7 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
     base = gitcmd(repo, "rev-parse", "HEAD").strip()
     logs = tmp_path / "logs"
     logs.mkdir()
-    record = keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs)
+    record = keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base)
     assert record is not None
     if trusted == "tampered":
         Path(record["path"]).write_bytes(Path(record["path"]).read_bytes())  # same bytes, a write all the same
@@ -511,7 +521,7 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
     (repo / "c.txt").write_text("new\n")  # committed work: fine
     gitcmd(repo, "commit", "-q", "-am", "work")
     old = gitcmd(repo, "rev-parse", "HEAD:a.txt").strip()
-    (repo / "a.txt").write_text("EVIL\n")  # as long as "one"
+    (repo / "a.txt").write_text("EVL\n")  # as long as "one": only the stat data tells
     gitcmd(repo, "add", "a.txt")
     (repo / "b.txt").write_text("2\n")
     gitcmd(repo, "add", "b.txt")
@@ -525,7 +535,7 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
     from ccm_guard.git.checkout import private_index
 
     index = tmp_path / "private-index"
-    assert private_index(r, copy, base, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
+    assert private_index(r, copy.path if copy else None, base, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
 
 
 def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_path: Path) -> None:
@@ -537,7 +547,7 @@ def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_pa
     base = gitcmd(repo, "rev-parse", "HEAD").strip()
     logs = tmp_path / "logs"
     logs.mkdir()
-    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs))
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base))
     (repo / "a.txt").write_text("BAD\n")
     gitcmd(repo, "add", "a.txt")
     _forge_entry(repo, "a.txt", gitcmd(repo, "rev-parse", "HEAD:a.txt").strip())
@@ -546,3 +556,47 @@ def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_pa
     assert not git.status(r)
     assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, base, ignored=True, head=base)] == [
         ("a.txt", ".M")]
+
+
+def test_an_edit_in_the_same_second_as_the_kept_index_is_read(tmp_path: Path) -> None:
+    """git reads an entry as new as its index file whatever its stat data says (a file can
+    change again within the second git recorded): ccm-guard's copies keep the index's
+    mtime, so an edit of the same size, its mtime put back, made in the second the index
+    was written, is still seen."""
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"a.py": "print(1)\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    past = time.time_ns() - 10**10  # ten seconds ago: the private copies are written well after it
+    os.utime(repo / "a.py", ns=(past, past))
+    gitcmd(repo, "update-index", "--refresh")
+    st = os.stat(repo / "a.py")
+    os.utime(repo / ".git" / "index", ns=(past, past))  # written in the file's own second
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base))
+    assert copy is not None
+    (repo / "a.py").write_text("print(2)\n")
+    os.utime(repo / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    # Same second: as git compares them, the entry's change time is the file's new one.
+    _patch_entry(copy.path, "a.py", ctime_ns=os.stat(repo / "a.py").st_ctime_ns)
+    os.utime(copy.path, ns=(st.st_mtime_ns, st.st_mtime_ns))
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, base, ignored=True, head=base)] == [
+        ("a.py", ".M")]
+
+
+def test_a_sparse_tasks_skipped_files_are_not_taken_for_deleted(tmp_path: Path) -> None:
+    """Without ccm-guard's copy (a resumed task) the private index is HEAD's tree, which
+    knows nothing of the cone: the files the task's own index skips, absent by design, are
+    no change; a skipped one written on disk is (as git itself sees it)."""
+    repo = make_repo(tmp_path / "r", {"src/a.py": "a\n", "docs/b.md": "b\n", "docs/c.md": "c\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    gitcmd(repo, "sparse-checkout", "set", "--cone", "src")
+    assert not (repo / "docs").exists()
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    assert git.status_without_trusting_index(r, None, base, ignored=True) == []
+    (repo / "docs").mkdir()
+    (repo / "docs" / "b.md").write_text("changed\n")
+    found = {e.path: e.code for e in git.status_without_trusting_index(r, None, base, ignored=True)}
+    assert found.get("docs/b.md", "").endswith("M") and "docs/c.md" not in found, found

@@ -46,7 +46,7 @@ def refs_untouched(ctx: Context) -> list[Finding]:
         if rc.after is not None and not plain(rc.after):
             findings.append(Finding("refs-untouched", f"{rc.ref} was turned into {rc.after}", (rc.ref,)))
         elif rc.ref.startswith("refs/ccm-guard/") and rc.before is None:
-            if _owner(rc.ref) not in ctx.recorded_ids:
+            if rc.ref not in ctx.recorded_refs or ctx.recorded_refs[rc.ref] not in (None, rc.after):
                 findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}, and no ccm-guard run recorded "
                                         "for that task did anything meanwhile (`task restore` and `task rollback "
                                         "--to-snapshot` would take what it names)", (rc.ref,)))
@@ -64,12 +64,6 @@ def refs_untouched(ctx: Context) -> list[Finding]:
         else:
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
     return findings
-
-
-def _owner(ref: str) -> str:
-    """The task a ref under refs/ccm-guard/ is for: refs/ccm-guard/<kind>/<task>[/<n>]."""
-    parts = ref.split("/")
-    return parts[3] if len(parts) > 3 else ""
 
 
 def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
@@ -91,13 +85,17 @@ def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
             continue
         if rc.before is None or rc.after is None:
             return True  # made by its exec, or removed by its discard (recorded moves aside)
-        return rc.after in _head_tips(ctx.pins.common_dir / "worktrees" / name / "logs" / "HEAD")
+        tips = _head_tips(ctx.pins.common_dir / "worktrees" / name / "logs" / "HEAD")
+        return tips is None or rc.after in tips
     return False
 
 
-def _head_tips(reflog: Path) -> list[str]:
-    """The commits a worktree's HEAD reflog says HEAD went to, oldest first (its last MB)."""
-    data = read_regular(reflog, 1 << 20, tail=True) or b""
+def _head_tips(reflog: Path) -> list[str] | None:
+    """The commits a worktree's HEAD reflog says HEAD went to, oldest first (its last MB);
+    None where it keeps none (core.logAllRefUpdates=false): then there is nothing to ask."""
+    data = read_regular(reflog, 1 << 20, tail=True)
+    if data is None:
+        return None
     return [line.split(b" ", 2)[1].decode("ascii", "replace") for line in data.split(b"\n")
             if line.count(b" ") >= 2]
 
