@@ -90,7 +90,12 @@ class Context:
         entries = self.status()
         if not self.setup_files:
             return entries
-        return [e for e in entries if self.setup_files.get(e.path) != file_identity(self.pins.worktree, e)]
+        # The file's own identity, not its status code: setup's were read against the task's
+        # index, the run's against ccm-guard's (a file setup staged is untracked there).
+        def same(recorded: str | None, now: str) -> bool:
+            return recorded is not None and recorded.partition(":")[2] == now.partition(":")[2]
+
+        return [e for e in entries if not same(self.setup_files.get(e.path), file_identity(self.pins.worktree, e))]
 
     @functools.cached_property
     def path_changes(self) -> list[PathChange]:

@@ -268,27 +268,25 @@ class KeptIndex(NamedTuple):
     at: str
 
 
-def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, base: str, *, ignored: bool,
+def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, ignored: bool,
                                   head: str | None = None) -> list[StatusEntry]:
     """`status` of the work tree against HEAD, where the index the agent wrote decides nothing
     about which files git reads: git skips a file whose stat data matches its index entry,
     and an agent can write an entry that pairs HEAD's blob with its edited file's stat data.
 
-    `trusted` is ccm-guard's copy of the index taken before the agent (None: none to be had;
-    then `base` is the commit to compare with). A private copy of it is brought to HEAD by a two-tree merge: entries the
-    commits changed lose their stat data, so git reads those files, and any other file the
-    run wrote has a new change time, which no one can set back, so git reads it too. Without
+    `trusted` is ccm-guard's copy of the index taken before the agent (None: none to be had).
+    A private copy of it is brought to HEAD by a one-tree merge: entries the commits
+    changed lose their stat data, so git reads those files, and any other file the run
+    wrote has a new change time, which no one can set back, so git reads it too. Without
     one (or where the merge fails) the private index is HEAD's tree without stat data:
     every file is read. What the agent's index stages on top of HEAD is listed as well.
-    `head`: the task branch's tip, where known; at `base` the copy needs no merge."""
+    `head`: the task branch's tip, where known; where the copy was taken there, it needs
+    no merge."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ccm-guard-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **_STAT_CHECKED}
-        if trusted is not None:
-            private_index(repo, trusted.path, trusted.at, env, unmoved=head == trusted.at)
-        else:
-            private_index(repo, None, base, env)
+        private_index(repo, trusted and trusted.path, env, unmoved=trusted is not None and head == trusted.at)
         entries = _status(repo, ignored=ignored, untracked=True, env=env)
     if any(e.code == ".D" for e in entries):
         # A sparse task's files outside its cone are absent by design: the private index,
@@ -303,11 +301,11 @@ def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, base: s
     return entries
 
 
-def private_index(repo: Repo, trusted: Path | None, base: str, env: Mapping[str, str], *,
-                  unmoved: bool = False) -> bool:
-    """Make env's GIT_INDEX_FILE hold HEAD: from `trusted` (at `base`) where it can, keeping
-    its stat data for the files the commits did not change (True); else HEAD's tree alone.
-    `unmoved`: HEAD is still at `base`, so the copy is HEAD already (no git process)."""
+def private_index(repo: Repo, trusted: Path | None, env: Mapping[str, str], *, unmoved: bool = False) -> bool:
+    """Make env's GIT_INDEX_FILE hold HEAD: from `trusted` where it can, keeping its stat
+    data for the entries whose object and mode HEAD has too (True); else HEAD's tree alone.
+    `unmoved`: HEAD is still where `trusted` was taken, so the copy serves as it is (no git
+    process; what a setup step staged stays as that step left it)."""
     import shutil
 
     private = Path(env["GIT_INDEX_FILE"])
@@ -315,8 +313,9 @@ def private_index(repo: Repo, trusted: Path | None, base: str, env: Mapping[str,
         shutil.copy2(trusted, private)  # with its mtime: entries as new as the index stay untrusted
         if unmoved:
             return True
-        # -i: the work tree is not asked (it is what is being judged).
-        if run(["read-tree", "-m", "-i", base, "HEAD"], repo, env=env, check=False).returncode == 0:
+        # A one-tree merge keeps the stat data of the entries HEAD matches; -i: the work
+        # tree is not asked (it is what is being judged).
+        if run(["read-tree", "-m", "-i", "HEAD"], repo, env=env, check=False).returncode == 0:
             return True
         private.unlink(missing_ok=True)
     run(["read-tree", "HEAD"], repo, env=env)

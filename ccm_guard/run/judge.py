@@ -126,8 +126,8 @@ def judge(
         # The two walks of a work tree, the task's and the person's, run side by side.
         main = git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree))
         ctx.main_repo = main
-        ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, task.base,
-                                                                          ignored=True, head=ctx.head))
+        ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, ignored=True,
+                                                                          head=ctx.head))
         main_status = Later(lambda: main_files(main))
         if main_before is not None:
             try:

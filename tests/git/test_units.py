@@ -530,12 +530,12 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
     os.utime(repo / ".git" / "index", (time.time() + 5, time.time() + 5))  # not racily clean
     r = git.Repo(repo / ".git", repo / ".git", repo)
     assert not [e for e in git.status(r) if e.path == "a.txt"]  # git's own status is fooled
-    entries = {e.path: e.code for e in git.status_without_trusting_index(r, copy, base, ignored=True)}
+    entries = {e.path: e.code for e in git.status_without_trusting_index(r, copy, ignored=True)}
     assert entries == {"a.txt": ".M", "b.txt": "M."}, entries
     from ccm_guard.git.checkout import private_index
 
     index = tmp_path / "private-index"
-    assert private_index(r, copy.path if copy else None, base, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
+    assert private_index(r, copy.path if copy else None, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
 
 
 def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_path: Path) -> None:
@@ -554,7 +554,7 @@ def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_pa
     os.utime(repo / ".git" / "index", (time.time() + 5, time.time() + 5))
     r = git.Repo(repo / ".git", repo / ".git", repo)
     assert not git.status(r)
-    assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, base, ignored=True, head=base)] == [
+    assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, ignored=True, head=base)] == [
         ("a.txt", ".M")]
 
 
@@ -582,7 +582,7 @@ def test_an_edit_in_the_same_second_as_the_kept_index_is_read(tmp_path: Path) ->
     _patch_entry(copy.path, "a.py", ctime_ns=os.stat(repo / "a.py").st_ctime_ns)
     os.utime(copy.path, ns=(st.st_mtime_ns, st.st_mtime_ns))
     r = git.Repo(repo / ".git", repo / ".git", repo)
-    assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, base, ignored=True, head=base)] == [
+    assert [(e.path, e.code) for e in git.status_without_trusting_index(r, copy, ignored=True, head=base)] == [
         ("a.py", ".M")]
 
 
@@ -595,8 +595,8 @@ def test_a_sparse_tasks_skipped_files_are_not_taken_for_deleted(tmp_path: Path) 
     gitcmd(repo, "sparse-checkout", "set", "--cone", "src")
     assert not (repo / "docs").exists()
     r = git.Repo(repo / ".git", repo / ".git", repo)
-    assert git.status_without_trusting_index(r, None, base, ignored=True) == []
+    assert git.status_without_trusting_index(r, None, ignored=True) == []
     (repo / "docs").mkdir()
     (repo / "docs" / "b.md").write_text("changed\n")
-    found = {e.path: e.code for e in git.status_without_trusting_index(r, None, base, ignored=True)}
+    found = {e.path: e.code for e in git.status_without_trusting_index(r, None, ignored=True)}
     assert found.get("docs/b.md", "").endswith("M") and "docs/c.md" not in found, found
