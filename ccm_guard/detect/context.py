@@ -81,7 +81,8 @@ class Context:
     def status(self) -> list[git.StatusEntry]:
         if self.task_status is None:
             repo = self.repo
-            self.task_status = Later(lambda: git.status(repo, ignored=True), thread=False)
+            # No copy of the index from before to go by: every file is read.
+            self.task_status = Later(lambda: git.status_without_trusting_index(repo, None, ignored=True), thread=False)
         return git_or_skip(self.task_status.result)
 
     def left(self) -> list[git.StatusEntry]:
