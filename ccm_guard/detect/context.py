@@ -92,18 +92,28 @@ class Context:
         if not self.setup_files:
             return entries
         # The file's own identity, not its status code: setup's were read against the task's
-        # index, the run's against ccm-guard's (a file setup staged is untracked there).
-        def same(recorded: str | None, now: str) -> bool:
-            return recorded is not None and recorded.partition(":")[2] == now.partition(":")[2]
+        # index, the run's against ccm-guard's (a file setup staged is untracked there). A
+        # path the commits touched is the agent's, however its file on disk stayed.
+        committed = {c.path for c in self.committed}
 
-        return [e for e in entries if not same(self.setup_files.get(e.path), file_identity(self.pins.worktree, e))]
+        def setups(entry: git.StatusEntry) -> bool:
+            recorded = self.setup_files.get(entry.path)
+            now = file_identity(self.pins.worktree, entry)
+            return (recorded is not None and entry.path not in committed
+                    and recorded.partition(":")[2] == now.partition(":")[2])
+
+        return [e for e in entries if not setups(e)]
+
+    @functools.cached_property
+    def committed(self) -> list[git.RawChange]:
+        """What the commits of base..head changed, commit by commit."""
+        head = self.head
+        return git.commit_changes(self.repo, self.base, head) if head and head != self.base else []
 
     @functools.cached_property
     def path_changes(self) -> list[PathChange]:
         """Every path the run changed: commit by commit, then what is left in the work tree."""
-        head = self.head
-        committed = git.commit_changes(self.repo, self.base, head) if head and head != self.base else []
-        return from_raw(committed) + from_status(self.left(), self.pins.worktree)
+        return from_raw(self.committed) + from_status(self.left(), self.pins.worktree)
 
     @property
     def head(self) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
@@ -131,11 +131,6 @@ def status(repo: Repo, *, ignored: bool = False, untracked: bool = True) -> list
     for new files, about half the cost).
     """
     return _status(repo, ignored=ignored, untracked=untracked)
-
-
-def skip_worktree_paths(repo: Repo) -> set[str]:
-    """Tracked paths the repo's own index marks skip-worktree (a sparse checkout's skipped files)."""
-    return {record[2:] for record in run(["ls-files", "-t", "-z"], repo).z() if record.startswith("S ")}
 
 
 def hidden_by_index_flags(repo: Repo) -> list[str]:
@@ -262,14 +257,17 @@ _STAT_CHECKED = {
 
 
 class KeptIndex(NamedTuple):
-    """ccm-guard's copy of a task's index file, and the commit it was taken at."""
+    """ccm-guard's copy of a task's index file, the commit it was taken at, and whether it
+    is the index of ccm-guard's own checkout (no setup step ran: nothing staged or flagged)."""
 
     path: Path
     at: str
+    pristine: bool = False
 
 
 def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, ignored: bool,
-                                  head: str | None = None) -> list[StatusEntry]:
+                                  head: str | None = None,
+                                  absent_by_design: Callable[[str], bool] | None = None) -> list[StatusEntry]:
     """`status` of the work tree against HEAD, where the index the agent wrote decides nothing
     about which files git reads: git skips a file whose stat data matches its index entry,
     and an agent can write an entry that pairs HEAD's blob with its edited file's stat data.
@@ -280,20 +278,16 @@ def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, igno
     wrote has a new change time, which no one can set back, so git reads it too. Without
     one (or where the merge fails) the private index is HEAD's tree without stat data:
     every file is read. What the agent's index stages on top of HEAD is listed as well.
-    `head`: the task branch's tip, where known; where the copy was taken there, it needs
-    no merge."""
+    `head`: the task branch's tip, where known. `absent_by_design`: the paths a sparse
+    task does not check out (their absence is no deletion)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ccm-guard-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp, "index")), **_STAT_CHECKED}
-        private_index(repo, trusted and trusted.path, env, unmoved=trusted is not None and head == trusted.at)
+        private_index(repo, trusted, env, head=head)
         entries = _status(repo, ignored=ignored, untracked=True, env=env)
-    if any(e.code == ".D" for e in entries):
-        # A sparse task's files outside its cone are absent by design: the private index,
-        # made from trees, does not know which ones the task skips; the task's own does
-        # (a skipped file that is on disk is named by hidden_by_index_flags).
-        skipped = skip_worktree_paths(repo)
-        entries = [e for e in entries if not (e.code == ".D" and e.path in skipped)]
+    if absent_by_design is not None:
+        entries = [e for e in entries if not (e.code == ".D" and absent_by_design(e.path))]
     listed = {e.path for e in entries}
     for change in staged_changes(repo):
         if change.path not in listed:
@@ -301,25 +295,47 @@ def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, igno
     return entries
 
 
-def private_index(repo: Repo, trusted: Path | None, env: Mapping[str, str], *, unmoved: bool = False) -> bool:
+def private_index(repo: Repo, trusted: KeptIndex | None, env: Mapping[str, str], *, head: str | None = None) -> bool:
     """Make env's GIT_INDEX_FILE hold HEAD: from `trusted` where it can, keeping its stat
     data for the entries whose object and mode HEAD has too (True); else HEAD's tree alone.
-    `unmoved`: HEAD is still where `trusted` was taken, so the copy serves as it is (no git
-    process; what a setup step staged stays as that step left it)."""
+    A pristine copy taken where HEAD still is serves as it is (no git process)."""
     import shutil
 
     private = Path(env["GIT_INDEX_FILE"])
     if trusted is not None:
-        shutil.copy2(trusted, private)  # with its mtime: entries as new as the index stay untrusted
-        if unmoved:
+        try:
+            shutil.copy2(trusted.path, private)  # with its mtime: entries as new as the index stay untrusted
+        except OSError:
+            trusted = None  # gone meanwhile: every file is read
+    if trusted is not None:
+        if trusted.pristine and head == trusted.at:
             return True
         # A one-tree merge keeps the stat data of the entries HEAD matches; -i: the work
         # tree is not asked (it is what is being judged).
         if run(["read-tree", "-m", "-i", "HEAD"], repo, env=env, check=False).returncode == 0:
+            if not trusted.pristine:
+                _unflag(repo, env)
             return True
         private.unlink(missing_ok=True)
     run(["read-tree", "HEAD"], repo, env=env)
     return False
+
+
+def _unflag(repo: Repo, env: Mapping[str, str]) -> None:
+    """Take off the private index the flags that make git skip a file: what a setup step
+    marked assume-unchanged, or skip-worktree while the file is on disk (ccm-guard's own
+    checkout has neither, but for a sparse task's absent files)."""
+    valid, skipped = [], []
+    for record in run(["ls-files", "-v", "-z"], repo, env=env).z():
+        tag, path = record[:1], record[2:]
+        if tag.islower():
+            valid.append(path)
+        if tag in "Ss" and repo.work_tree is not None and os.path.lexists(os.path.join(repo.work_tree, path)):
+            skipped.append(path)
+    for flag, paths in (("--no-assume-unchanged", valid), ("--no-skip-worktree", skipped)):
+        if paths:
+            run(["update-index", flag, "-z", "--stdin"], repo, env=env,
+                input="\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")
 
 
 def staged_changes(repo: Repo) -> list[StatusEntry]:

@@ -36,13 +36,12 @@ def dispose(verdict: Verdict, opts: ExecOptions, task: Task, pins: Pins, host: g
     registry.move(task.id, "COMMITTED" if passed else "ERRORED", verdict=json.dumps(verdict.to_json()))
     every = opts.snapshot_every or 0
     if verdict.git_trusted and verdict.head and 0 < every <= len(verdict.commits):
-        from ccm_guard.worktree.rollback import (  # only when a snapshot is due
-            auto_snapshots,
-            record_snapshots,
+        from ccm_guard.worktree.rollback import (
+            auto_snapshots,  # only when a snapshot is due
         )
 
         with contextlib.suppress(GitError):
-            record_snapshots(registry, task.id, auto_snapshots(host, task, verdict.head, every, commits=verdict.commits))
+            auto_snapshots(registry, host, task, verdict.head, every, commits=verdict.commits)
     if passed and opts.apply and verdict.head and verdict.head != task.base:
         _apply_on_pass(verdict, task, registry)
         passed = verdict.exit_code == 0

@@ -61,7 +61,8 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
                                agent=opts.agent, allow_ports=opts.allow_ports, rules=compiled.result())
         setup, setup_files = _setup(opts, role, task, pins, armed, registry)
         before = take(pins)  # after arming and setup: its own config and hooks are the baseline
-        index_before = keep_index(pins, Path(task.log_dir), at=before.refs.get(pins.branch_ref) or plan.base)
+        index_before = keep_index(pins, Path(task.log_dir), at=before.refs.get(pins.branch_ref) or plan.base,
+                                  pristine=setup is None)
     except BaseException:
         with contextlib.suppress(Exception):
             prevention.disarm(pins)
@@ -108,19 +109,21 @@ def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str],
     return path
 
 
-def keep_index(pins: Pins, log_dir: Path, *, at: str) -> dict[str, Any] | None:
+def keep_index(pins: Pins, log_dir: Path, *, at: str, pristine: bool) -> dict[str, Any] | None:
     """ccm-guard's copy of the task's index as it is before the agent (at commit `at`), and
     the identity that shows it untouched since (any write changes its change time): the
     clean-tree gate reads the work tree by its stat data, not by what the agent's index
     says (None: no copy). The copy keeps the index's mtime, by which git tells the entries
-    it must not trust (a file written in the same second as the index)."""
+    it must not trust (a file written in the same second as the index). `pristine`: no
+    setup step ran, so the index is ccm-guard's checkout's (nothing staged or flagged)."""
     copy = log_dir / "index.before"
     try:
         shutil.copy2(pins.admin_dir / "index", copy)
         st = os.lstat(copy)
     except OSError:
         return None
-    return {"path": str(copy), "at": at, "identity": [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}
+    return {"path": str(copy), "at": at, "pristine": pristine,
+            "identity": [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}
 
 
 def kept_index(record: object) -> git.KeptIndex | None:
@@ -133,7 +136,7 @@ def kept_index(record: object) -> git.KeptIndex | None:
         return None
     if not stat.S_ISREG(st.st_mode) or [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] != record.get("identity"):
         return None
-    return git.KeptIndex(Path(record["path"]), record["at"])
+    return git.KeptIndex(Path(record["path"]), record["at"], record.get("pristine") is True)
 
 
 def file_digest(path: Path) -> str:

@@ -18,6 +18,7 @@ from ccm_guard.later import Later
 from ccm_guard.policy import Role
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, Task
+from ccm_guard.worktree.sparse import in_cone
 
 
 def recover_blocked_commit(verdict: Verdict, task: Task, pins: Pins, role: Role, logs: tuple[str, ...],
@@ -126,8 +127,10 @@ def judge(
         # The two walks of a work tree, the task's and the person's, run side by side.
         main = git.Repo(main_git_dir, pins.common_dir, Path(task.main_worktree))
         ctx.main_repo = main
+        cone = task.option("sparse")
+        absent = (lambda path: not in_cone(path, cone)) if cone else None
         ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, ignored=True,
-                                                                          head=ctx.head))
+                                                                          head=ctx.head, absent_by_design=absent))
         main_status = Later(lambda: main_files(main))
         if main_before is not None:
             try:

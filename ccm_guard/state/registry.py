@@ -266,6 +266,13 @@ class Registry:
                 options[key] = value
             self.update(task_id, options=json.dumps(options))
 
+    def merge_option(self, task_id: str, key: str, values: dict[str, Any]) -> None:
+        """Add `values` to the mapping a task keeps under `key` in `options`, in one transaction."""
+        with self.transaction():
+            options = self.get(task_id).option_dict()
+            options[key] = {**(options.get(key) or {}), **values}
+            self.update(task_id, options=json.dumps(options))
+
     def delete(self, task_id: str) -> None:
         _write(self.db, "DELETE FROM tasks WHERE id = ?", (task_id,))
 

@@ -33,20 +33,18 @@ def take_snapshot(registry: Registry, task_id: str, why: str = "by hand") -> dic
     task = registry.get(task_id)
     require_git(task, "task snapshot")
     repo = task_repo(task)
-    made = _snapshot(repo, task, why)
-    record_snapshots(registry, task_id, {made["snapshot"]: made["commit"]})
-    return made
+    return _snapshot(registry, repo, task, why)
 
 
 def record_snapshots(registry: Registry, task_id: str, made: dict[int, str]) -> None:
-    """Which snapshot refs ccm-guard wrote (number -> commit), on the task's row: a run at
-    work meanwhile excuses exactly those new refs under refs/ccm-guard/, and no other."""
+    """Which snapshot refs ccm-guard writes (number -> commit), on the task's row, before it
+    writes them: a run at work meanwhile excuses exactly those new refs under
+    refs/ccm-guard/, and no other."""
     if made:
-        known = registry.get(task_id).option("snapshots") or {}
-        registry.set_option(task_id, "snapshots", {**known, **{str(n): sha for n, sha in made.items()}})
+        registry.merge_option(task_id, "snapshots", {str(n): sha for n, sha in made.items()})
 
 
-def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
+def _snapshot(registry: Registry, repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
     host = layout.host_repo(Path(task.repo))
     head = _work_head(task, repo, host)
     message = f"ccm-guard snapshot of task {task.id} ({why})\n\nCcm-Guard-Snapshot-Head: {head}\n"
@@ -54,29 +52,32 @@ def _snapshot(repo: git.Repo, task: Task, why: str) -> dict[str, Any]:
     if git.tree_of(host, commit) == git.tree_of(host, head):
         commit = head  # nothing uncommitted: the snapshot is the commit itself
     number = max(snapshots(host, task.id), default=0) + 1
+    record_snapshots(registry, task.id, {number: commit})
     git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", commit, message=f"ccm-guard: snapshot ({why})")
     return {"task": task.id, "snapshot": number, "commit": commit, "head": head, "uncommitted": commit != head}
 
 
-def auto_snapshots(host: git.Repo, task: Task, head: str, every: int,
+def auto_snapshots(registry: Registry, host: git.Repo, task: Task, head: str, every: int,
                    commits: list[tuple[str, str]] | None = None) -> dict[int, str]:
     """A snapshot at every `every`-th commit of the run (docs/design-notes.md#rollback-points), so a later rollback can
     go back part of the way. Commits already snapshotted are not taken twice. `commits`:
-    base..head as the verdict listed them (oldest first), spared a second walk."""
+    base..head as the verdict listed them (oldest first), spared a second walk. Recorded
+    on the task's row before any is written."""
     if every <= 0 or head == task.base:
         return {}
     taken = snapshots(host, task.id)
     have = set(taken.values())
-    made = {}
+    due: dict[int, tuple[int, str]] = {}  # number -> (commit's place in the run, commit)
     number = max(taken, default=0)
     for index, (sha, _) in enumerate(commits if commits is not None else git.commits(host, task.base, head),
                                      start=1):
         if index % every == 0 and sha not in have:
             number += 1
-            git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", sha,
-                           message=f"ccm-guard: snapshot after commit {index}")
-            made[number] = sha
-    return made
+            due[number] = (index, sha)
+    record_snapshots(registry, task.id, {n: sha for n, (_, sha) in due.items()})
+    for n, (index, sha) in due.items():
+        git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{n}", sha, message=f"ccm-guard: snapshot after commit {index}")
+    return {n: sha for n, (_, sha) in due.items()}
 
 
 def _snapshot_parts(host: git.Repo, commit: str) -> tuple[str, str]:
@@ -138,7 +139,7 @@ def rollback(registry: Registry, task_id: str, to_snapshot: int | None = None, p
     if current != f"refs/heads/{task.branch}":
         raise StateError(f"the worktree is on {current or 'a detached HEAD'}, not {task.branch}: "
                          f"check it out there (git -C {task.worktree} switch {task.branch}), then roll back")
-    saved = _snapshot(repo, task, "before rollback")  # nothing a rollback drops is lost
+    saved = _snapshot(registry, repo, task, "before rollback")  # nothing a rollback drops is lost
     if path is not None:
         kept = git.restore_path(repo, task.base, path)
         return {"task": task.id, "file": path, "to": "base" if kept else "removed (not in the base)",

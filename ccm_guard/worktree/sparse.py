@@ -57,6 +57,13 @@ def cone_forbid(cone: list[str]) -> tuple[str, ...]:
     return (*rules, *(f"!/{d}/" for d in inside))
 
 
+def in_cone(path: str, cone: list[str]) -> bool:
+    """Whether cone mode checks `path` out: a file at the top, under a cone directory, or
+    directly in a parent of one."""
+    parent = path.rpartition("/")[0]
+    return not parent or any(path.startswith(d + "/") or d.startswith(parent + "/") for d in cone)
+
+
 def sparse_role(role: Role, paths: tuple[str, ...]) -> Role:
     """The role with everything outside the `--sparse` cone forbidden."""
     if not paths:

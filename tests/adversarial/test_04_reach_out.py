@@ -395,8 +395,10 @@ def test_a_fork_that_points_its_siblings_branch_at_its_own_commit_fails_itself(r
     agent = write_agent(tmp_path, """common=$(git rev-parse --git-common-dir)
 case $CCM_GUARD_TASK in
 *-1) echo one >> src/app.py; git commit -qam fork1
-     sibling=$common/refs/heads/${CCM_GUARD_BRANCH%-1}-2; start=$(cat "$sibling"); i=0
-     while [ $i -lt 100 ] && [ "$(cat "$sibling")" = "$start" ]; do sleep 0.1; i=$((i+1)); done
+     sibling=$common/refs/heads/${CCM_GUARD_BRANCH%-1}-2; i=0
+     while [ $i -lt 100 ] && [ ! -s "$sibling" ]; do sleep 0.1; i=$((i+1)); done  # the sibling is made
+     start=$(cat "$sibling")
+     while [ $i -lt 200 ] && [ "$(cat "$sibling")" = "$start" ]; do sleep 0.1; i=$((i+1)); done  # and committed
      sleep 0.3; git rev-parse HEAD > "$sibling" ;;
 *-2) sleep 1; echo two >> src/app.py; git commit -qam fork2; sleep 3 ;;
 esac""")

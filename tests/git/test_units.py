@@ -512,7 +512,7 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
     base = gitcmd(repo, "rev-parse", "HEAD").strip()
     logs = tmp_path / "logs"
     logs.mkdir()
-    record = keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base)
+    record = keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=True)
     assert record is not None
     if trusted == "tampered":
         Path(record["path"]).write_bytes(Path(record["path"]).read_bytes())  # same bytes, a write all the same
@@ -535,7 +535,7 @@ def test_status_reads_what_a_forged_index_entry_hides(tmp_path: Path, trusted: s
     from ccm_guard.git.checkout import private_index
 
     index = tmp_path / "private-index"
-    assert private_index(r, copy.path if copy else None, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
+    assert private_index(r, copy, {"GIT_INDEX_FILE": str(index)}) == (trusted == "kept")
 
 
 def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_path: Path) -> None:
@@ -547,7 +547,7 @@ def test_status_reads_what_a_forged_index_entry_hides_with_no_commit_made(tmp_pa
     base = gitcmd(repo, "rev-parse", "HEAD").strip()
     logs = tmp_path / "logs"
     logs.mkdir()
-    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base))
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=True))
     (repo / "a.txt").write_text("BAD\n")
     gitcmd(repo, "add", "a.txt")
     _forge_entry(repo, "a.txt", gitcmd(repo, "rev-parse", "HEAD:a.txt").strip())
@@ -574,7 +574,7 @@ def test_an_edit_in_the_same_second_as_the_kept_index_is_read(tmp_path: Path) ->
     os.utime(repo / ".git" / "index", ns=(past, past))  # written in the file's own second
     logs = tmp_path / "logs"
     logs.mkdir()
-    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base))
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=True))
     assert copy is not None
     (repo / "a.py").write_text("print(2)\n")
     os.utime(repo / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -588,15 +588,78 @@ def test_an_edit_in_the_same_second_as_the_kept_index_is_read(tmp_path: Path) ->
 
 def test_a_sparse_tasks_skipped_files_are_not_taken_for_deleted(tmp_path: Path) -> None:
     """Without ccm-guard's copy (a resumed task) the private index is HEAD's tree, which
-    knows nothing of the cone: the files the task's own index skips, absent by design, are
-    no change; a skipped one written on disk is (as git itself sees it)."""
-    repo = make_repo(tmp_path / "r", {"src/a.py": "a\n", "docs/b.md": "b\n", "docs/c.md": "c\n"})
-    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    knows nothing of the cone: files outside the recorded cone, absent by design, are no
+    change; one written on disk is; and a file inside it that the agent deleted and marked
+    skip-worktree in its own index is a deletion all the same."""
+    from ccm_guard.worktree.sparse import in_cone
+
+    repo = make_repo(tmp_path / "r", {"src/a.py": "a\n", "src/k.py": "k\n", "docs/b.md": "b\n",
+                                      "docs/c.md": "c\n"})
     gitcmd(repo, "sparse-checkout", "set", "--cone", "src")
     assert not (repo / "docs").exists()
     r = git.Repo(repo / ".git", repo / ".git", repo)
-    assert git.status_without_trusting_index(r, None, ignored=True) == []
+
+    def status() -> dict[str, str]:
+        found = git.status_without_trusting_index(r, None, ignored=True, absent_by_design=lambda p: not in_cone(p, ["src"]))
+        return {e.path: e.code for e in found}
+
+    assert status() == {}
     (repo / "docs").mkdir()
     (repo / "docs" / "b.md").write_text("changed\n")
-    found = {e.path: e.code for e in git.status_without_trusting_index(r, None, ignored=True)}
+    (repo / "src" / "k.py").unlink()
+    gitcmd(repo, "update-index", "--skip-worktree", "src/k.py")
+    found = status()
     assert found.get("docs/b.md", "").endswith("M") and "docs/c.md" not in found, found
+    assert found.get("src/k.py") == ".D", found
+
+
+@pytest.mark.parametrize("cone, path, inside", [
+    (["src"], "README.md", True), (["src"], "src/a/b.py", True), (["src"], "docs/b.md", False),
+    (["src/app"], "src/x.py", True), (["src/app"], "src/lib/x.py", False), (["src/app"], "srcx/y.py", False),
+])
+def test_in_cone_is_what_cone_mode_checks_out(cone: list[str], path: str, inside: bool) -> None:
+    from ccm_guard.worktree.sparse import in_cone
+
+    assert in_cone(path, cone) is inside
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_an_edit_to_a_file_a_setup_step_flagged_is_read(tmp_path: Path, flag: str) -> None:
+    """A setup step may flag a file (a local config it edits): ccm-guard's copy of the index
+    then carries the flag, which must not hide the agent's edit of that file."""
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"a.py": "one\n", "b.py": "two\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    gitcmd(repo, "update-index", flag, "a.py")  # the setup step
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=False))
+    (repo / "a.py").write_text("EVL\n")
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    for head in (base, "moved"):
+        if head == "moved":
+            (repo / "b.py").write_text("2\n")
+            gitcmd(repo, "commit", "-q", "-m", "b", "--", "b.py")
+            head = gitcmd(repo, "rev-parse", "HEAD").strip()
+        found = {e.path: e.code for e in git.status_without_trusting_index(r, copy, ignored=True, head=head)}
+        assert found == {"a.py": ".M"}, (head, found)
+
+
+def test_what_a_setup_step_staged_and_the_agent_reset_is_no_change(tmp_path: Path) -> None:
+    """Setup staged a new file and a change; the agent ran `git reset --hard`: the work tree
+    is HEAD's, and HEAD has not moved."""
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"t.py": "t\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    (repo / "s.txt").write_text("s\n")
+    (repo / "t.py").write_text("changed\n")
+    gitcmd(repo, "add", "s.txt", "t.py")  # the setup step
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=False))
+    gitcmd(repo, "reset", "-q", "--hard")
+    (repo / "s.txt").unlink(missing_ok=True)
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    assert git.status_without_trusting_index(r, copy, ignored=True, head=base) == []

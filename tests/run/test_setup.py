@@ -137,3 +137,17 @@ def test_a_check_that_reshapes_the_tree_is_put_back(repo: Path, tmp_path: Path) 
     assert (worktree / "README.md").read_text() == "# project\n"
     assert (worktree / "work-notes.txt").read_text() == "setup-line\n"
     assert result.verdict["check"]["moved_branch"] is True and result.verdict["errors"] == []
+
+
+def test_a_setup_file_the_agent_committed_other_bytes_for_is_the_agents(repo: Path, tmp_path: Path) -> None:
+    """Setup leaves gen.py untracked; the agent commits other bytes under that name without
+    touching the file on disk: the commit says SAFE = False, the work tree (and a --check
+    run in it) SAFE = True. The file is no longer setup's to excuse."""
+    agent = write_agent(tmp_path, """blob=$(printf 'SAFE = False\\n' | git hash-object -w --stdin)
+git update-index --add --cacheinfo "100644,$blob,gen.py"
+git commit -q -m "generated"
+""")
+    res = run_exec(repo, agent, "--setup", "printf 'SAFE = True\\n' > gen.py", "--task", "gen")
+    assert git(repo, "show", "ccm/gen:gen.py") == "SAFE = False"
+    paths = [p for f in res.gate("clean-tree")["findings"] for p in f["paths"]]
+    assert res.code == 1 and "gen.py" in paths, res.verdict["gates"]

@@ -70,10 +70,10 @@ def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
     """Another task's branch moved by that task's own run or command: its gates judge it.
     A finished task's branch moved by this run is not, and that task's gates will not run
     again. Its own doing shows as that task being at work during this run (the registry),
-    or as a commit in its worktree (its index or HEAD reflog moved too). A branch that
-    existed before must also point where that worktree's HEAD went: its HEAD reflog, which
-    only that worktree's git writes (under the sandbox no other task can), holds the new
-    tip. A sibling fork that writes its own commit into the ref file (refs/heads/ccm/ is
+    or as a commit in its worktree (its index or HEAD reflog moved too). The branch must
+    also point where that worktree's HEAD went: its HEAD reflog, which only that
+    worktree's git writes (under the sandbox no other task can), holds the new tip (a task
+    whose git keeps no HEAD reflog, core.logAllRefUpdates=false, is taken at its word). A sibling fork that writes its own commit into the ref file (refs/heads/ccm/ is
     every task's) fails here; one that sets it back to a commit the sibling had is not
     caught (docs/attacks.md, section 4)."""
     for name, branch in ctx.other_tasks.items():
@@ -83,8 +83,8 @@ def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
         if not (ctx.delta.changed(prefix + "index") or ctx.delta.changed(prefix + "logs/HEAD")
                 or name in ctx.tasks_at_work):
             continue
-        if rc.before is None or rc.after is None:
-            return True  # made by its exec, or removed by its discard (recorded moves aside)
+        if rc.after is None:
+            return True  # removed by its discard (recorded moves aside)
         tips = _head_tips(ctx.pins.common_dir / "worktrees" / name / "logs" / "HEAD")
         return tips is None or rc.after in tips
     return False
