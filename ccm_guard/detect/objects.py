@@ -110,6 +110,24 @@ def _beside_old(before: dict[str, Identity], new: list[str], *, midx_kept: bool)
     return found
 
 
+def forged_since(objects_dir: Path, since: float) -> list[str]:
+    """Object files written at or after `since` (seconds) that do not hold what their names
+    say: loose objects re-hashed, new pack indexes verified against their packs by git."""
+    from ccm_guard import git
+
+    threshold = int((since - 1) * 1e9)  # a second's slack, as file times are coarse somewhere
+    found = []
+    for rel, (_, _, _, ctime_ns) in sorted(inventory(objects_dir).items()):
+        if ctime_ns < threshold:
+            continue
+        if _is_fanout(rel[:2]):
+            if not _loose_ok(objects_dir / rel) and os.path.lexists(objects_dir / rel):
+                found.append(rel)
+        elif rel.endswith(".idx") and not git.verify_pack(objects_dir / rel):
+            found.append(rel)
+    return found
+
+
 def pack_names(idx: Path, oid_len: int) -> set[str]:
     """The object names a version-2 pack index lists (empty if it is anything else)."""
     try:

@@ -72,6 +72,7 @@ def apply_task(registry: Registry, task_id: str, into: str | None = None, strate
     task = registry.get(task_id)
     host = layout.host_repo(Path(task.repo))
     head = _judged_head(host, task)
+    _require_sound_store(registry, host, task)
     target = resolve_target(host, task, into)
     if target.url:
         return _apply_remote(registry, task, host, head, target, strategy, retries)
@@ -98,6 +99,23 @@ def _judged_head(host: git.Repo, task: Task) -> str:
     if head == task.base:
         raise ApplyRefused(f"task {task.id} has no commits to apply")
     return head
+
+
+def _require_sound_store(registry: Registry, host: git.Repo, task: Task) -> None:
+    """Refuse to apply while an object file added since the task began does not hold what
+    its name says: git reads an object by its id from wherever it finds it, so a pack
+    another task's agent forged after this task's gates (its own run fails only when it
+    ends) would put other bytes into the person's checkout. Asked only where another task
+    was at work on the repository since (the person's own objects need no check)."""
+    from ccm_guard.detect.objects import forged_since
+
+    if not [t for t in registry.at_work(task.repo, since=task.created_at) if t.id != task.id]:
+        return
+    forged = forged_since(host.common_dir / "objects", task.created_at)
+    if forged:
+        raise ApplyRefused(f"{len(forged)} object file(s) added since task {task.id} began do not hold what their "
+                           f"names say ({forged[0]}): another agent may have forged them; find out with `git fsck` "
+                           "(and `ccm-guard task list`: which run was at work), then apply again")
 
 
 def resolve_target(host: git.Repo, task: Task, into: str | None) -> Target:

@@ -10,11 +10,12 @@ Landlock (the task commits there), so each attack runs with and without the sand
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from adv import COMMIT, SANDBOXES, all_paths, plain_git
-from conftest import ccm, git, run_exec, write_agent
+from conftest import ccm, git, run_exec, spawn_exec, write_agent
 
 # Python one-liners the attacking agent runs (it has python3 like any agent's machine).
 FORGE_LOOSE = """python3 - "$oid" "$objects" <<'PY'
@@ -273,3 +274,35 @@ def test_reflogs_rewritten_with_the_same_lines_are_not_a_finding(repo: Path, tmp
     agent = write_agent(tmp_path, f"{COMMIT}\nrgit -C {repo} reflog expire --expire=now refs/heads/side", name="cut.sh")
     res = run_exec(repo, agent, "--sandbox", "none", "--task", "cut")
     assert res.code == 1 and "reflog logs/refs/heads/side was rewritten but its ref did not move" in res.reasons("git-metadata")
+
+
+def test_an_apply_while_another_agent_forged_a_pack_is_refused(repo: Path, tmp_path: Path) -> None:
+    """g1 passed with its reviewed src/app.py. While g2's agent is still at work it adds a
+    pack whose index claims that blob's id with other bytes: g2's own run fails only when
+    it ends, and `task apply g1` would read the forged bytes into the person's checkout."""
+    good = write_agent(tmp_path, """printf "print('reviewed')\\n" > src/app.py; git commit -qam reviewed""",
+                       name="good.sh")
+    assert run_exec(repo, good, "--task", "g1").code == 0
+    gate = tmp_path / "go"  # the agent can read it under the sandbox (it can write none of this)
+    forger = write_agent(tmp_path, f"""oid=$(git rev-parse ccm/g1:src/app.py)
+objects=$(git rev-parse --git-common-dir)/objects
+{FORGE_PACK}
+mv "$objects/pack/tmp_-$name.idx" "$objects/pack/pack-$name.idx"; mv "$objects/pack/tmp_-$name.pack" "$objects/pack/pack-$name.pack"
+while [ ! -e {gate} ]; do sleep 0.05; done
+{COMMIT}""", name="forger.sh")
+    proc = spawn_exec(repo, "--json", "--task", "g2", "--", str(forger))
+    try:
+        deadline = time.monotonic() + 60
+        packs = repo / ".git" / "objects" / "pack"
+        while not (list(packs.glob("pack-*.idx")) and list(packs.glob("pack-*.pack"))):
+            assert time.monotonic() < deadline and proc.poll() is None, "the forger did not get there"
+            time.sleep(0.05)
+        time.sleep(0.5)  # its loose twin removed
+        applied = ccm("task", "apply", "g1", cwd=repo)
+    finally:
+        gate.touch()
+        proc.communicate(timeout=60)
+    assert applied.returncode != 0 and "do not hold what their names say" in applied.stderr, applied.stderr
+    assert len(applied.stderr.strip().splitlines()) == 1
+    assert (repo / "src/app.py").read_text() == "print('hi')\n"  # the person's checkout as it was
+    assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", "ccm/g1")
