@@ -225,6 +225,25 @@ def plants(ctx: Context) -> list[str]:
 _THE_PERSONS = ("config", "config.worktree")
 
 
+# What git deletes when a rebase, revert or cherry-pick ends: a pseudo-ref, which git 2.39
+# deletes through a ref transaction that locks packed-refs, out of a sandboxed task's reach.
+_PSEUDOREFS = ("CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD")
+# What such an operation leaves while it is not finished.
+_UNFINISHED = ("MERGE_HEAD", "MERGE_MSG", "rebase-merge", "rebase-apply", "sequencer")
+
+
+def finished_pseudorefs(ctx: Context) -> list[str]:
+    """The task's pseudo-refs (snapshot keys) that a finished rebase, revert or cherry-pick
+    left only because the sandbox kept git from deleting them: nothing of an unfinished
+    one is there (no MERGE_MSG, no rebase or sequencer state, no unmerged index entry)."""
+    own = f"common/worktrees/{ctx.pins.admin_name}/"
+    added = [own + name for name in _PSEUDOREFS if own + name in ctx.after.files and own + name not in ctx.before.files]
+    if not added or any(own + name in ctx.after.files for name in _UNFINISHED):
+        return []
+    unmerged = git_or_skip(lambda: git.staged_changes(ctx.repo))
+    return [] if any(e.code.startswith("U") for e in unmerged) else added
+
+
 def config_plants(ctx: Context) -> list[dict[str, object]]:
     """Keys that run code which appeared during the run in the repository's own config
     (`config`, and the main worktree's `config.worktree`), as {file, key, values}. The

@@ -3,6 +3,8 @@ the gates; and the host-side recovery of a commit the sandbox blocked."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Mapping
 
@@ -77,6 +79,21 @@ def _agent_message(task: Task, pins: Pins) -> str | None:
     return None
 
 
+def _remove_finished_pseudorefs(ctx: Context) -> None:
+    """What a finished rebase, revert or cherry-pick left only because the sandbox kept git
+    from deleting it goes now (git-metadata warned): the person's `git status` in the kept
+    worktree would say an operation is still under way."""
+    from ccm_guard.detect.context import Skipped, finished_pseudorefs
+
+    try:
+        stale = finished_pseudorefs(ctx)
+    except (GitError, Skipped):
+        return
+    for key in stale:
+        with contextlib.suppress(OSError):
+            os.unlink(ctx.pins.common_dir / key.removeprefix("common/"))
+
+
 def _recorded_refs(tasks: list[Task]) -> dict[str, str | None]:
     """The refs under refs/ccm-guard/ these tasks' rows say ccm-guard wrote (ref -> commit,
     None where the row does not say which)."""
@@ -138,6 +155,7 @@ def judge(
             except GitError as exc:
                 errors.append(f"could not read your checkout's status: {exc.message}")
     results = gates.run_gates(ctx, checks.gate_names())
+    _remove_finished_pseudorefs(ctx)
     head = ctx.head
     commits: list[tuple[str, str]] = []
     files: list[git.FileStat] = []

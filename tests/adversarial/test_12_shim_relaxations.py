@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from adv import COMMIT, branch_files, refusals
+from adv import COMMIT, branch_files, needs_landlock, refusals
 from conftest import git, run_exec, write_agent
 
 FORBIDDEN = "echo '* filter=evil' > .gitattributes; git add .gitattributes"
@@ -128,3 +128,21 @@ git reset -q --hard other || true""")
     assert [r["op"] for r in refusals(res)] == ["reset-outside"]
     assert "two.txt" in branch_files(repo, "ccm/undo") and "other.txt" not in branch_files(repo, "ccm/undo")
     assert res.code == 0, res.verdict
+
+
+@needs_landlock
+def test_a_finished_revert_passes_and_an_unfinished_one_does_not(repo: Path, tmp_path: Path) -> None:
+    """Under the sandbox git cannot delete REVERT_HEAD when a conflicted revert is finished
+    (deleting a pseudo-ref locks packed-refs, which the task may not write): a benign run
+    failed on it as an operation left in progress. A finished one now passes (warned, the
+    file removed, so `git status` there says nothing is under way); one left unfinished
+    still fails."""
+    conflict = """echo 1 > src/app.py; git commit -qam one; echo 2 > src/app.py; git commit -qam two
+git revert --no-edit HEAD~1 || true"""
+    finish = 'echo resolved > src/app.py; git add src/app.py; GIT_EDITOR=true git revert --continue'
+    done = run_exec(repo, write_agent(tmp_path, f"{conflict}\n{finish}", name="done.sh"), "--task", "done")
+    assert done.code == 0 and done.status("git-metadata") == "warn", done.verdict["gates"]
+    assert "REVERT_HEAD" in done.reasons("git-metadata")
+    assert not (repo / ".git" / "worktrees" / "done" / "REVERT_HEAD").exists()
+    left = run_exec(repo, write_agent(tmp_path, conflict, name="left.sh"), "--task", "left")
+    assert left.code == 1 and "left in progress" in left.reasons("git-metadata")

@@ -15,6 +15,7 @@ from ccm_guard.detect.context import (
     Context,
     Finding,
     display,
+    finished_pseudorefs,
     git_or_skip,
     plain,
     planted_links,
@@ -151,6 +152,7 @@ def git_metadata(ctx: Context) -> list[Finding]:
                         "which git would write through (ccm-guard ran no git there after this)", tuple(planted))
                 ] if planted else []
     guard_hooks = f"host/{hooks_dir(ctx.pins.common_dir)}/"
+    stale = set(finished_pseudorefs(ctx))
     for change in ctx.delta.files:
         if ctx.ignored_worktree(change.key):
             found = _other_task_change(ctx, change)
@@ -178,6 +180,10 @@ def git_metadata(ctx: Context) -> list[Finding]:
                                     + (" (ccm-guard's own setup of another task)" if benign else "")
                                     + (" (your global git config: your change, or the agent's?)" if yours else ""),
                                     (where,), WARN if benign or yours else FAIL))
+        elif change.owner is Owner.IN_PROGRESS and change.key in stale:
+            findings.append(Finding("git-metadata", f"{where} {change.change}: left by a rebase, revert or cherry-pick "
+                                    "that finished (under the sandbox git cannot delete it: that locks packed-refs); "
+                                    "ccm-guard removes it", (where,), WARN))
         elif change.owner is Owner.IN_PROGRESS:
             findings.append(Finding("git-metadata", f"{where} {change.change}: an operation was left in progress", (where,)))
         elif change.owner is Owner.OTHER_WORKTREE:
