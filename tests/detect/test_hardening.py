@@ -14,6 +14,7 @@ import json
 import os
 import pty
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -598,6 +599,23 @@ def test_a_self_ignoring_gitignore_does_not_hide_leftovers_from_clean_tree(repo:
     assert (worktree / "evil.sh").exists() and git(worktree, "status", "--porcelain") == ""  # hidden from git
     assert res.status("clean-tree") == "fail", res.gate("clean-tree")
     assert "evil.sh" in all_paths(res, "clean-tree")
+
+
+def test_an_agent_that_runs_the_tests_leaves_pytests_cache_and_passes(repo: Path, tmp_path: Path) -> None:
+    """pytest (like mypy, ruff and uv's venvs) keeps a cache directory that ignores itself
+    (`*` in its own .gitignore): a tool's output, not files hidden from clean-tree. Any
+    other directory that ignores itself still fails."""
+    agent = write_agent(tmp_path, f"""mkdir -p tests && echo 'def test_x(): pass' > tests/test_x.py
+git add -A && git commit -q -m test
+{sys.executable} -m pytest -q tests >/dev/null""")
+    res = run_exec(repo, agent, "--task", "pt")
+    assert (Path(res.verdict["worktree"]) / ".pytest_cache" / ".gitignore").is_file()
+    assert res.code == 0, res.verdict["gates"]
+    hide = write_agent(tmp_path, f"""{COMMIT}
+mkdir -p lib/.pytest_cache && echo 'import os' > lib/evil.py && echo '*' > lib/.gitignore
+printf '*\n!keep\n' > lib/.pytest_cache/.gitignore""", name="hide.sh")
+    res = run_exec(repo, hide, "--task", "hide")
+    assert res.status("clean-tree") == "fail" and "lib/evil.py" in all_paths(res, "clean-tree")
 
 
 # --- 8. the person's own maintenance is not an attack ---------------------------------------------

@@ -55,15 +55,38 @@ def clean_tree(ctx: Context) -> list[Finding]:
     return findings
 
 
+# Tools that keep a cache directory which ignores itself (a `.gitignore` of `*` inside it):
+# pytest, mypy and ruff, and the virtualenvs uv and Python 3.13's venv make. Neither pytest
+# nor git looks inside them, and an agent that runs the tests makes one.
+_SELF_IGNORING = frozenset((".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv"))
+
+
+def _tool_cache(ctx: Context, rule: git.IgnoreRule, untracked: dict[str, bool]) -> bool:
+    """A rule that is a tool's self-ignoring cache directory ignoring itself: `*` in an
+    untracked `<cache>/.gitignore`, for a path in that directory. (`untracked`: the answer
+    by ignore file, asked once each.)"""
+    directory, _, name = rule.source.rpartition("/")
+    if name != ".gitignore" or directory.rpartition("/")[2] not in _SELF_IGNORING or rule.pattern != "*" \
+            or not rule.path.startswith(directory + "/"):
+        return False
+    if rule.source not in untracked:
+        untracked[rule.source] = all(git.blob_at(ctx.repo, rev, rule.source) is None
+                                     for rev in {ctx.base, ctx.head or ctx.base})
+    return untracked[rule.source]
+
+
 def _hidden_by_new_ignore_rules(ctx: Context, ignored: list[str]) -> list[Finding]:
     """Ignored files are build output, unless an ignore file the run changed hides them."""
     rules = git_or_skip(lambda: git.check_ignore(ctx.repo, ignored))
     changed: dict[str, bool] = {}
     hidden: list[str] = []
     culprits: list[str] = []
+    caches: dict[str, bool] = {}
     for rule in rules:
         if rule.source.startswith("/") or rule.source.startswith(".git/"):
             continue  # info/exclude and friends are git metadata, judged by git-metadata
+        if _tool_cache(ctx, rule, caches):
+            continue
         if rule.source not in changed:
             changed[rule.source] = git.blob_at(ctx.repo, ctx.base, rule.source) != git.hash_file(ctx.repo, rule.source)
         if changed[rule.source]:
