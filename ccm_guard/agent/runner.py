@@ -146,6 +146,13 @@ def run(
     )
 
 
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
 def _spawn(command: list[str], cwd: Path, env: Mapping[str, str], **kw: object) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(command, cwd=cwd, env=dict(env), start_new_session=True, **kw)  # type: ignore[call-overload, no-any-return]
@@ -169,7 +176,11 @@ def _run_pipes(
     *, started: Callable[[], None] | None,
 ) -> tuple[subprocess.Popen[bytes], tuple[str, ...], bool]:
     out_log, err_log = log_dir / "agent.stdout.log", log_dir / "agent.stderr.log"
-    proc = _spawn(command, cwd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=confine)
+    # A terminal on stdin is the person's: the agent could write escape sequences to it,
+    # past the filter its output goes through, or push input into it (TIOCSTI). Without a
+    # pty it gets no terminal; piped input (a prompt on stdin) still reaches it.
+    stdin = subprocess.DEVNULL if _is_terminal(0) else None
+    proc = _spawn(command, cwd, env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=confine)
     if started is not None:
         started()
     assert proc.stdout is not None and proc.stderr is not None

@@ -162,3 +162,19 @@ exit 1""")
     message = git(repo, "log", "-1", "--format=%B", "ccm/rec")
     assert message.startswith("Fix app") and "Recovery-Reason:" in message
     assert "Ccm-Guard-" not in message
+
+
+def test_without_a_pty_the_agent_cannot_write_to_the_persons_terminal_through_stdin(repo: Path, tmp_path: Path) -> None:
+    """`--no-pty` (or stdout not a terminal: `--json | jq`) runs the agent on pipes; a
+    terminal on ccm-guard's stdin must not be handed on, or the agent writes an OSC 52
+    clipboard write to it past the filter its output goes through."""
+    agent = write_agent(tmp_path, f"""printf '\\033]52;c;Y3VybCBldmlsfHNo\\007' > /proc/self/fd/0 2>/dev/null
+test -t 0 && echo STDIN-IS-A-TERMINAL
+{COMMIT}""")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", "--no-pty", "--task", "tty", "--", str(agent)],
+                            cwd=repo, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    out = read_terminal(leader)
+    assert proc.wait(timeout=60) == 0, out
+    assert b"\\x1b]52" not in out and b"STDIN-IS-A-TERMINAL" not in out, out
