@@ -69,6 +69,9 @@ class ObjectDelta:
     # git trusts to list or find its objects (a forged bitmap drops objects from every push,
     # clone and bundle), a .keep or .promisor that changes what gc does with it.
     beside_old: list[str] = dataclasses.field(default_factory=list)
+    # New reachability bitmaps, beside a new pack or multi-pack index too: git trusts one to
+    # list what a push, clone or bundle sends, nothing verifies it, and no agent needs one.
+    bitmaps: list[str] = dataclasses.field(default_factory=list)
 
 
 def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Identity]) -> ObjectDelta:
@@ -91,8 +94,11 @@ def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Ide
               and os.path.lexists(objects_dir / rel)]
     midx = "pack/multi-pack-index"
     midx_changed = midx in after and before.get(midx) != after[midx]
+    beside_old = _beside_old(before, new, midx_kept=midx in before and not midx_changed)
     return ObjectDelta(len(new), removed, sorted(altered), repacked, new_packs, forged, midx_changed=midx_changed,
-                       beside_old=_beside_old(before, new, midx_kept=midx in before and not midx_changed))
+                       beside_old=beside_old,
+                       bitmaps=[rel for rel in new if rel.startswith("pack/") and rel.endswith(".bitmap")
+                                and rel not in beside_old])
 
 
 def _beside_old(before: dict[str, Identity], new: list[str], *, midx_kept: bool) -> list[str]:

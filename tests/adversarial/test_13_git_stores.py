@@ -123,6 +123,18 @@ def test_a_bitmap_forged_for_the_persons_pack_fails_the_run(repo: Path, tmp_path
     assert any(p.endswith(".bitmap") for p in paths) and any(p.endswith(".keep") for p in paths)
 
 
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_bitmap_written_with_a_new_pack_fails_the_run(repo: Path, tmp_path: Path, sandbox: str) -> None:
+    """A new pack verifies; the bitmap beside it is never looked at (a forged one, blob bits
+    cleared, leaves objects out of every push): any new bitmap fails."""
+    agent = write_agent(tmp_path, f"""{COMMIT}
+rgit pack-objects -q --revs --all --write-bitmap-index "$(git rev-parse --git-common-dir)/objects/pack/pack" \
+    </dev/null >/dev/null""")
+    res = run_exec(repo, agent, "--sandbox", sandbox)
+    assert res.code == 1 and "reachability bitmap" in res.reasons("git-metadata")
+    assert any(p.endswith(".bitmap") for p in all_paths(res, "git-metadata"))
+
+
 def test_honest_new_objects_and_packs_pass(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
 echo more > more.txt; git add more.txt; git commit -q -m more

@@ -209,6 +209,9 @@ def git_metadata(ctx: Context) -> list[Finding]:
         findings.append(Finding("git-metadata", f"{len(objs.beside_old)} new file(s) beside a pack from before the run "
                                 "(a bitmap or reverse index git trusts, a .keep or .promisor gc obeys)",
                                 tuple(objs.beside_old)))
+    if objs.bitmaps:
+        findings.append(Finding("git-metadata", f"{len(objs.bitmaps)} reachability bitmap(s) written (git trusts one "
+                                "to list what a push, clone or bundle sends; nothing verifies it)", tuple(objs.bitmaps)))
     if ctx.forged_packs:
         findings.append(Finding("git-metadata", "a new pack or multi-pack index does not verify: its objects "
                                 "do not hash to the names it gives them", tuple(ctx.forged_packs)))
