@@ -297,8 +297,10 @@ _CI_BY_NAME = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "l
 _CI_BY_DIR = (".github/workflows/", ".github/actions/", ".circleci/", ".husky/", ".githooks/", ".buildkite/")
 _OBEYED_BY_NAME = frozenset({".envrc", ".mcp.json", "AGENTS.md", "AGENTS.override.md", "CLAUDE.md", "CLAUDE.local.md",
                              "GEMINI.md", ".cursorrules", ".windsurfrules", ".clinerules", ".aider.conf.yml",
-                             ".devcontainer.json", "copilot-instructions.md"})
-_OBEYED_BY_DIR = (".vscode/", ".idea/", ".devcontainer/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".windsurf/")
+                             ".devcontainer.json", "copilot-instructions.md", "CONVENTIONS.md", "AGENT.md",
+                             ".goosehints", ".roorules"})
+_OBEYED_BY_DIR = (".vscode/", ".idea/", ".devcontainer/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".windsurf/",
+                  ".clinerules/", ".github/instructions/", ".github/prompts/", ".kiro/", ".roo/", ".amazonq/")
 _RUN_BY_NAME = frozenset({
     "conftest.py", "sitecustomize.py", "usercustomize.py", "setup.py", "noxfile.py", "tox.ini",
     "pytest.ini", "Makefile", "makefile", "GNUmakefile", "build.rs", "package.json", ".npmrc",
@@ -330,10 +332,12 @@ def host_code(changes: list[PathChange], role: Role, steered: tuple[str, ...] = 
     direnv, editors and agents obey, test and build runners), and git repositories
     smuggled in as plain files (failed: git run inside one obeys its config)."""
     folded = {p: p.casefold() for p in sorted({c.path for c in changes if c.status != "D"})}
+    # A deletion changes what runs too (the workflow that runs the check, the hooks config).
+    everything = {p: p.casefold() for p in sorted({c.path for c in changes})}
     steers = tuple(s.casefold() for s in steered)
-    ci = _named(folded, _CI)
+    ci = _named(everything, _CI)
     ci += [p for p, f in folded.items() if p not in ci and _steers(f, steers)]
-    obeyed = [p for p in _named(folded, _OBEYED) if p not in ci]
+    obeyed = [p for p in _named(everything, _OBEYED) if p not in ci]
     runs = [p for p in _named(folded, _RUNNERS) + [p for p in folded if p.endswith(".pth")]
             if p not in ci and p not in obeyed]
     paths = list(folded)
@@ -359,14 +363,16 @@ def host_code(changes: list[PathChange], role: Role, steered: tuple[str, ...] = 
 
 
 def _embedded_repositories(paths: list[str]) -> list[str]:
-    """Directories that git would take for a repository: HEAD beside objects/ and refs/."""
+    """Directories that git would take for a repository: HEAD beside objects and refs (git
+    asks only that it may enter them: a directory, a link, or an executable file will do)."""
     present = set(paths)
     found = []
     for path in paths:
         if path.rsplit("/", 1)[-1] != "HEAD":
             continue
         top = path[: -len("HEAD")]
-        if any(p.startswith(top + "objects/") for p in present) and any(p.startswith(top + "refs/") for p in present):
+        if all(top + name in present or any(p.startswith(top + name + "/") for p in present)
+               for name in ("objects", "refs")):
             found.append(top.rstrip("/") or ".")
     return found
 
