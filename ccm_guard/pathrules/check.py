@@ -82,9 +82,10 @@ def check(
     offenders = rules.violations(paths)
     special = {c.new_mode for c in changes} & _SPECIAL
     if offenders or special:
+        links = frozenset(c.path for c in changes if c.new_mode == SYMLINK and c.status != "D")
         for c in changes:
             if c.path in offenders or c.new_mode in special:
-                found += _change(c, offenders.get(c.path), rules, link_target)
+                found += _change(c, offenders.get(c.path), rules, link_target, links)
     statuses = {c.status for c in changes}
     if statuses and statuses <= _ADDED:  # all added (a first commit, a new tree): no need to pick them out
         found += _twins(changes, paths, final_paths())
@@ -98,15 +99,15 @@ _SPECIAL = frozenset((SYMLINK, GITLINK, EXECUTABLE))  # new modes that need a lo
 _ADDED = frozenset(("A", "?"))
 
 
-def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[[PathChange], str | None]
-            ) -> list[Violation]:
+def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[[PathChange], str | None],
+            links: frozenset[str] = frozenset()) -> list[Violation]:
     found = []
     at = where_label(c.where)
     if why:
         verb = "deleted" if c.status == "D" else "changed"
         found.append(Violation(c.path, f"{verb}, but {why}", at))
     if c.new_mode == SYMLINK:
-        found += _symlink(c.path, at, rules, link_target(c))
+        found += _symlink(c.path, at, rules, link_target(c), links)
     elif c.new_mode == GITLINK and c.status != "D":
         what = "a nested git repository" if c.status == "?" else "a gitlink (submodule entry)"
         found.append(Violation(c.path, f"{what} was added", at))
@@ -115,9 +116,14 @@ def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[
     return found
 
 
-def _symlink(path: str, at: str, rules: Rules, target: str | None) -> list[Violation]:
+def _symlink(path: str, at: str, rules: Rules, target: str | None, links: frozenset[str] = frozenset()
+             ) -> list[Violation]:
     if target is None:
         return [Violation(path, "is a symlink whose target could not be read", at)]
+    through = _through_link(posixpath.join(posixpath.dirname(path), target), links - {path})
+    if through:
+        return [Violation(path, f"is a symlink whose target ({target!r}) goes through the symlink {through!r}, "
+                          "so where it lands cannot be told from its name", at)]
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if posixpath.isabs(target) or resolved == ".." or resolved.startswith("../"):
         return [Violation(path, f"is a symlink pointing outside the worktree ({target!r})", at)]
@@ -125,6 +131,26 @@ def _symlink(path: str, at: str, rules: Rules, target: str | None) -> list[Viola
     if why:
         return [Violation(path, f"is a symlink to {resolved!r}, which is {why}", at)]
     return []
+
+
+def _through_link(joined: str, links: frozenset[str]) -> str | None:
+    """The first directory on the way to `joined` (a link's directory and target, joined)
+    that is itself one of `links`: its `..` then climbs from wherever that link lands, not
+    from where its name says."""
+    if not links:
+        return None
+    at: list[str] = []
+    for part in joined.split("/")[:-1]:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if at:
+                at.pop()
+            continue
+        at.append(part)
+        if "/".join(at) in links:
+            return "/".join(at)
+    return None
 
 
 def _twins(added: list[PathChange], paths: list[str], final: Iterable[str]) -> list[Violation]:

@@ -43,6 +43,19 @@ git add tests/app_link.py; git commit -q -m 'a test helper' || rgit commit -q -m
     assert "src/app.py: changed, but" in reasons  # the write itself, left uncommitted
 
 
+@pytest.mark.parametrize("how", ["leaves", "plain"])
+def test_a_symlink_through_another_symlink_fails(repo: Path, tmp_path: Path, how: str) -> None:
+    """`tests/a1/a2/up -> ../..` is inside tests/ by its name, and so is a link through it;
+    where the second lands is another matter: `src/app.py` (or, climbing further, anything)."""
+    target = "a1/a2/up/../src/app.py" if how == "leaves" else "a1/a2/up/src/app.py"
+    agent = write_agent(tmp_path, f"""mkdir -p tests/a1/a2; ln -s ../../.. tests/a1/a2/up
+ln -s {target} tests/helper.py
+git add -A; git commit -q -m helpers || rgit commit -q -m helpers""")
+    res = run_exec(repo, agent, "--sandbox", "none", "--role", "test-writer", "--task", f"via-{how}")
+    assert res.code == 1 and "goes through the symlink 'tests/a1/a2/up'" in res.reasons("path-policy"), \
+        res.verdict["gates"]
+
+
 def test_forbidden_file_deleted_and_readded_in_two_commits(repo: Path, tmp_path: Path) -> None:
     git(repo, "commit", "-q", "--allow-empty", "-m", "x")
     (repo / ".gitignore").write_text("build/\n")
