@@ -80,9 +80,11 @@ def measure(changes: list[PathChange], commits: int, repo: git.Repo, worktree: P
     for c in changes:  # committed ones oldest first, then the work tree's
         first.setdefault(c.path, c)
         last[c.path] = c
-    blobs = {b for c in first.values() for b in (c.old_blob,) if b} | {b for c in last.values() if (b := c.new_blob)}
+    # Every version a commit added counts for the largest file: one added, then removed, is
+    # in the history a merge brings into the person's branch.
+    blobs = {b for c in first.values() for b in (c.old_blob,) if b} | {b for c in changes if (b := c.new_blob)}
     sizes = git.blob_sizes(repo, sorted(blobs))
-    largest, growth = (0, ""), 0
+    largest, growth = max(((sizes.get(b, 0), c.path) for c in changes if (b := c.new_blob)), default=(0, "")), 0
     for path, c in last.items():
         size = _size_on_disk(worktree / path) if c.new_blob is None else sizes.get(c.new_blob, 0)
         old = first[path].old_blob

@@ -26,6 +26,17 @@ def test_a_huge_file_is_measured_against_the_roles_limit(repo: Path, tmp_path: P
     assert f"the largest file, 'blob.bin', has {64 << 20} bytes; the limit is 10000000" in res.reasons("limits")
 
 
+def test_a_large_file_committed_then_removed_still_counts(repo: Path, tmp_path: Path) -> None:
+    """Added in one commit, removed in the next: the work tree ends small, but a merge
+    brings the 3 MB blob into the person's history."""
+    policy = with_policy(tmp_path, "[roles.implementor.limits]\nmax_file_bytes = 100_000\n")
+    agent = write_agent(tmp_path, """head -c 3000000 /dev/urandom > blob.bin; git add blob.bin; git commit -q -m add
+git rm -q blob.bin; git commit -q -m rm; echo s > s.txt; git add s.txt; git commit -q -m s""")
+    res = run_exec(repo, agent, "--policy", str(policy), "--task", "big")
+    assert res.code == 1 and res.status("limits") == "fail"
+    assert "'blob.bin', has 3000000 bytes" in res.reasons("limits")
+
+
 def test_twenty_thousand_files_get_a_short_human_verdict(repo: Path, tmp_path: Path) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
 python3 -c "
