@@ -162,8 +162,9 @@ class Context:
         does not hash to the name its index gives it, so it could stand in for an existing
         one. Git's own packs (gc, fetch) always verify."""
         objects_dir = self.pins.common_dir / "objects"
-        forged = [p for p in self.delta.objects.new_packs if not git.verify_pack(objects_dir / p)]
-        if self.delta.objects.midx_changed and not git.verify_midx(objects_dir):
+        fmt = git.object_format(self.pins.common_dir)
+        forged = [p for p in self.delta.objects.new_packs if not git.verify_pack(objects_dir / p, fmt)]
+        if self.delta.objects.midx_changed and not git.verify_midx(objects_dir, fmt):
             forged.append("pack/multi-pack-index")
         return forged
 
@@ -240,7 +241,10 @@ def finished_pseudorefs(ctx: Context) -> list[str]:
     added = [own + name for name in _PSEUDOREFS if own + name in ctx.after.files and own + name not in ctx.before.files]
     if not added or any(own + name in ctx.after.files for name in _UNFINISHED):
         return []
-    unmerged = git_or_skip(lambda: git.staged_changes(ctx.repo))
+    try:
+        unmerged = git.staged_changes(ctx.repo)
+    except (GitError, UntrustedRepoError):
+        return []  # cannot tell: not taken for finished
     return [] if any(e.code.startswith("U") for e in unmerged) else added
 
 

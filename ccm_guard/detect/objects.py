@@ -36,12 +36,18 @@ def inventory(objects_dir: Path) -> dict[str, Identity]:
     for dent in top:
         if not dent.is_dir(follow_symlinks=False) or not (_is_fanout(dent.name) or dent.name == "pack"):
             continue
-        with os.scandir(dent.path) as it:
-            for obj in it:
-                if obj.name.startswith("tmp_") and not obj.name.endswith(_READ_BY_GIT):
-                    continue  # git's own write in progress (tmp_obj_*, tmp_pack_*): git never reads it
+        try:
+            listed = list(os.scandir(dent.path))
+        except FileNotFoundError:
+            continue  # an emptied fanout directory pruned meanwhile
+        for obj in listed:
+            if obj.name.startswith("tmp_") and not obj.name.endswith(_READ_BY_GIT):
+                continue  # git's own write in progress (tmp_obj_*, tmp_pack_*): git never reads it
+            try:
                 st = obj.stat(follow_symlinks=False)
-                found[f"{dent.name}/{obj.name}"] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            except FileNotFoundError:
+                continue  # pruned or repacked meanwhile (a gc of the person's)
+            found[f"{dent.name}/{obj.name}"] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     return found
 
 
@@ -116,20 +122,31 @@ def _beside_old(before: dict[str, Identity], new: list[str], *, midx_kept: bool)
     return found
 
 
-def forged_since(objects_dir: Path, since: float) -> list[str]:
+def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -> list[str]:
     """Object files written at or after `since` (seconds) that do not hold what their names
-    say: loose objects re-hashed, new pack indexes verified against their packs by git."""
+    say: loose objects re-hashed; a pack whose index, pack or reverse index was written
+    (a pack rewritten in place keeps its old index) verified by git, and so is a multi-pack
+    index."""
     from ccm_guard import git
 
     threshold = int((since - 1) * 1e9)  # a second's slack, as file times are coarse somewhere
-    found = []
+    found: list[str] = []
+    packs: set[str] = set()
     for rel, (_, _, _, ctime_ns) in sorted(inventory(objects_dir).items()):
         if ctime_ns < threshold:
             continue
         if _is_fanout(rel[:2]):
             if not _loose_ok(objects_dir / rel) and os.path.lexists(objects_dir / rel):
                 found.append(rel)
-        elif rel.endswith(".idx") and not git.verify_pack(objects_dir / rel):
+        elif rel.startswith("pack/multi-pack-index"):
+            packs.add("pack/multi-pack-index")
+        elif rel.startswith("pack/pack-"):
+            packs.add(rel.rpartition(".")[0] + ".idx")
+    for rel in sorted(packs):
+        if rel == "pack/multi-pack-index":
+            if not git.verify_midx(objects_dir, object_format):
+                found.append(rel)
+        elif os.path.lexists(objects_dir / rel) and not git.verify_pack(objects_dir / rel, object_format):
             found.append(rel)
     return found
 

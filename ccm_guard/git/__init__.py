@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         config_file_set,
         global_config_files,
         may_set,
+        object_format,
         remote_url,
     )
     from ccm_guard.git.core import (
@@ -153,7 +154,7 @@ __all__ = [
     "IgnoreRule", "refresh_with_index", "reset_hard", "reset_work_tree", "restore_path", "restore_paths", "sparse_set_cone",
     "status", "status_with_index", "status_without_trusting_index", "staged_changes", "KeptIndex", "StatusEntry", "untracked_matching", "worktree_add", "worktree_add_bare",
     "worktree_list", "worktree_prune", "worktree_remove", "worktree_unlock", "WorktreeEntry",
-    "config_entries", "config_file_create", "config_file_set", "global_config_files", "may_set", "remote_url",
+    "config_entries", "config_file_create", "config_file_set", "global_config_files", "may_set", "object_format", "remote_url",
 ]
 
 

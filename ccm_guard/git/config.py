@@ -324,6 +324,17 @@ def _parse_plain(data: bytes) -> list[tuple[str, str]] | None:
     return pairs
 
 
+def object_format(common_dir: Path) -> str:
+    """The repository's object format ("sha1" or "sha256"), from its config's
+    extensions.objectFormat (read without git)."""
+    try:
+        data = (common_dir / "config").read_bytes()
+    except OSError:
+        return "sha1"
+    values = values_of(data, "extensions.objectformat") if b"objectformat" in data.lower() else ()
+    return (values[-1].lower() if values else "sha1") or "sha1"
+
+
 def values_of(data: bytes, key: str) -> tuple[str, ...] | None:
     """Every value of `key` in config bytes, in order; None when git cannot parse them."""
     try:

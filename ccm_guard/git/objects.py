@@ -3,8 +3,10 @@ disk, and checking that packs and the commit-graph agree with what they describe
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ccm_guard.git.base import batch_contents
 from ccm_guard.git.core import Repo, run
@@ -117,11 +119,28 @@ def verify_commit_graph(repo: Repo) -> bool:
     return run(["commit-graph", "verify", "--object-dir", str(objects)], repo, check=False).returncode == 0
 
 
-def verify_pack(idx: Path) -> bool:
-    """Whether a pack holds exactly the objects its index names (every object re-hashed)."""
-    return run(["verify-pack", str(idx)], check=False).returncode == 0
+def verify_pack(idx: Path, object_format: str = "sha1") -> bool:
+    """Whether a pack holds exactly the objects its index names (every object re-hashed).
+    Run outside any repository (no config of the agent's is read); git then takes SHA-1,
+    so a SHA-256 pack is verified from inside an empty repository of that format."""
+    with _empty_repo(object_format) as repo:
+        return run(["verify-pack", str(idx)], repo, check=False).returncode == 0
 
 
-def verify_midx(objects_dir: Path) -> bool:
+def verify_midx(objects_dir: Path, object_format: str = "sha1") -> bool:
     """Whether the multi-pack index names each object where its pack really holds it."""
-    return run(["multi-pack-index", "--object-dir", str(objects_dir), "verify"], check=False).returncode == 0
+    with _empty_repo(object_format) as repo:
+        return run(["multi-pack-index", "--object-dir", str(objects_dir), "verify"], repo,
+                   check=False).returncode == 0
+
+
+@contextlib.contextmanager
+def _empty_repo(object_format: str) -> Iterator[Repo | None]:
+    """None for SHA-1 (git's default outside a repository); else a new empty bare
+    repository of that object format, removed afterwards."""
+    if object_format == "sha1":
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="ccm-guard-format-") as tmp:
+        run(["init", "-q", "--bare", f"--object-format={object_format}", tmp])
+        yield Repo(Path(tmp), Path(tmp), None)

@@ -18,7 +18,7 @@ from collections import Counter, namedtuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Iterable, NamedTuple
+    from typing import Callable, Iterable, Mapping, NamedTuple
 
     from ccm_guard.pathrules.rules import Rules
 
@@ -82,7 +82,7 @@ def check(
     offenders = rules.violations(paths)
     special = {c.new_mode for c in changes} & _SPECIAL
     if offenders or special:
-        links = frozenset(c.path for c in changes if c.new_mode == SYMLINK and c.status != "D")
+        links = {c.path: t for c in changes if c.new_mode == SYMLINK and c.status != "D" and (t := link_target(c))}
         for c in changes:
             if c.path in offenders or c.new_mode in special:
                 found += _change(c, offenders.get(c.path), rules, link_target, links)
@@ -100,7 +100,7 @@ _ADDED = frozenset(("A", "?"))
 
 
 def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[[PathChange], str | None],
-            links: frozenset[str] = frozenset()) -> list[Violation]:
+            links: Mapping[str, str] | None = None) -> list[Violation]:
     found = []
     at = where_label(c.where)
     if why:
@@ -116,16 +116,13 @@ def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[
     return found
 
 
-def _symlink(path: str, at: str, rules: Rules, target: str | None, links: frozenset[str] = frozenset()
+def _symlink(path: str, at: str, rules: Rules, target: str | None, links: Mapping[str, str] | None = None
              ) -> list[Violation]:
     if target is None:
         return [Violation(path, "is a symlink whose target could not be read", at)]
-    through = _through_link(posixpath.join(posixpath.dirname(path), target), links - {path})
-    if through:
-        return [Violation(path, f"is a symlink whose target ({target!r}) goes through the symlink {through!r}, "
-                          "so where it lands cannot be told from its name", at)]
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    if posixpath.isabs(target) or resolved == ".." or resolved.startswith("../"):
+    others = {k: v for k, v in (links or {}).items() if k != path}
+    resolved = None if posixpath.isabs(target) else _resolve(posixpath.join(posixpath.dirname(path), target), others)
+    if resolved is None:
         return [Violation(path, f"is a symlink pointing outside the worktree ({target!r})", at)]
     why = rules.violation(resolved)
     if why:
@@ -133,24 +130,26 @@ def _symlink(path: str, at: str, rules: Rules, target: str | None, links: frozen
     return []
 
 
-def _through_link(joined: str, links: frozenset[str]) -> str | None:
-    """The first directory on the way to `joined` (a link's directory and target, joined)
-    that is itself one of `links`: its `..` then climbs from wherever that link lands, not
-    from where its name says."""
-    if not links:
-        return None
+def _resolve(joined: str, links: Mapping[str, str], hops: int = 0) -> str | None:
+    """Where a link's directory and target, joined, land inside the tree: `..` climbs from
+    where a directory on the way really is, through the links the run made (`links`, path
+    -> target) that it passes; None outside the tree, or after 40 links (a loop)."""
+    parts = [p for p in joined.split("/") if p not in ("", ".")]
     at: list[str] = []
-    for part in joined.split("/")[:-1]:
-        if part in ("", "."):
-            continue
+    for i, part in enumerate(parts):
         if part == "..":
-            if at:
-                at.pop()
+            if not at:
+                return None
+            at.pop()
             continue
         at.append(part)
-        if "/".join(at) in links:
-            return "/".join(at)
-    return None
+        here = "/".join(at)
+        if here in links and i < len(parts) - 1:
+            target = links[here]
+            if hops >= 40 or posixpath.isabs(target):
+                return None
+            return _resolve(posixpath.join(posixpath.dirname(here), target, *parts[i + 1:]), links, hops + 1)
+    return "/".join(at) or "."
 
 
 def _twins(added: list[PathChange], paths: list[str], final: Iterable[str]) -> list[Violation]:

@@ -111,7 +111,7 @@ def _require_sound_store(registry: Registry, host: git.Repo, task: Task) -> None
 
     if not [t for t in registry.at_work(task.repo, since=task.created_at) if t.id != task.id]:
         return
-    forged = forged_since(host.common_dir / "objects", task.created_at)
+    forged = forged_since(host.common_dir / "objects", task.created_at, git.object_format(host.common_dir))
     if forged:
         raise ApplyRefused(f"{len(forged)} object file(s) added since task {task.id} began do not hold what their "
                            f"names say ({forged[0]}): another agent may have forged them; find out with `git fsck` "

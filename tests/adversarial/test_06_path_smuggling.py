@@ -52,8 +52,19 @@ def test_a_symlink_through_another_symlink_fails(repo: Path, tmp_path: Path, how
 ln -s {target} tests/helper.py
 git add -A; git commit -q -m helpers || rgit commit -q -m helpers""")
     res = run_exec(repo, agent, "--sandbox", "none", "--role", "test-writer", "--task", f"via-{how}")
-    assert res.code == 1 and "goes through the symlink 'tests/a1/a2/up'" in res.reasons("path-policy"), \
-        res.verdict["gates"]
+    reasons = res.reasons("path-policy")
+    assert res.code == 1, res.verdict["gates"]
+    assert ("pointing outside the worktree" if how == "leaves" else "is a symlink to 'src/app.py'") in reasons, reasons
+
+
+def test_a_symlink_through_another_symlink_to_an_allowed_place_passes(repo: Path, tmp_path: Path) -> None:
+    """A monorepo's links (`pkg/app/shared -> ../shared`, then a config through it) land
+    where the role may write: judged where they land, they pass."""
+    agent = write_agent(tmp_path, """mkdir -p pkg/shared pkg/app; echo '{}' > pkg/shared/tsconfig.json
+ln -s ../shared pkg/app/shared; ln -s shared/tsconfig.json pkg/app/tsconfig.json
+git add -A; git commit -q -m links""")
+    res = run_exec(repo, agent, "--task", "mono")
+    assert res.code == 0, res.verdict["gates"]
 
 
 def test_forbidden_file_deleted_and_readded_in_two_commits(repo: Path, tmp_path: Path) -> None:

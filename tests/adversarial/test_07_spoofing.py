@@ -177,4 +177,5 @@ test -t 0 && echo STDIN-IS-A-TERMINAL
     os.close(follower)
     out = read_terminal(leader)
     assert proc.wait(timeout=60) == 0, out
-    assert b"\\x1b]52" not in out and b"STDIN-IS-A-TERMINAL" not in out, out
+    assert b"\x1b]52" not in out and b"STDIN-IS-A-TERMINAL" not in out, out
+

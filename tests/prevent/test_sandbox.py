@@ -46,9 +46,12 @@ for op, arg in zip(sys.argv[1::2], sys.argv[2::2]):
             os.rename(*arg.split("|"))
         elif op == "bind":
             socket.socket().bind(("127.0.0.1", 0))
-        elif op == "winsize":
+        elif op in ("winsize", "openpty"):
             import fcntl, termios
-            fd = os.open(arg, os.O_RDWR | os.O_NOCTTY)
+            if op == "openpty":
+                fd = os.openpty()[1]  # the other end by ioctl, not by its name under /dev/pts
+            else:
+                fd = int(arg) if arg.isdigit() else os.open(arg, os.O_RDWR | os.O_NOCTTY)
             fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8)
             termios.tcsetattr(fd, termios.TCSANOW, termios.tcgetattr(fd))
         out.append("ok")
@@ -58,12 +61,13 @@ print(json.dumps(out))
 """
 
 
-def probe(writable: list[Path], *ops: tuple[str, str | Path], no_network: bool = False) -> list[str]:
+def probe(writable: list[Path], *ops: tuple[str, str | Path], no_network: bool = False,
+          pass_fds: tuple[int, ...] = ()) -> list[str]:
     ruleset = sandbox.prepare(writable, no_network=no_network)
     try:
         argv = [a for op, arg in ops for a in (op, str(arg))]
         proc = subprocess.run([sys.executable, "-B", "-c", PROBE, *argv], capture_output=True, text=True,
-                              preexec_fn=ruleset.enforce, check=True)
+                              preexec_fn=ruleset.enforce, check=True, pass_fds=pass_fds)
     finally:
         ruleset.close()
     result: list[str] = json.loads(proc.stdout)
@@ -146,9 +150,13 @@ def test_restrict_confines_the_calling_process_and_what_it_execs(tmp_path: Path)
 
 @needs_landlock
 def test_a_terminal_still_works_inside(tmp_path: Path) -> None:
+    """The terminal the agent is given works, by its open descriptor and by its name, and
+    so does a pty it makes (aider runs commands through pexpect): the kernel opens the
+    other end by its name under /dev/pts, so that stays writable (docs/attacks.md, 7)."""
     leader, follower = os.openpty()
     try:
-        assert probe([tmp_path], ("winsize", os.ttyname(follower))) == ["ok"]
+        assert probe([tmp_path], ("winsize", str(follower)), ("winsize", os.ttyname(follower)), ("openpty", "-"),
+                     pass_fds=(follower,)) == ["ok", "ok", "ok"]
     finally:
         os.close(leader)
         os.close(follower)

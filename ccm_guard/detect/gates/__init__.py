@@ -56,9 +56,10 @@ def clean_tree(ctx: Context) -> list[Finding]:
 
 
 # Tools that keep a cache directory which ignores itself (a `.gitignore` of `*` inside it):
-# pytest, mypy and ruff, and the virtualenvs uv and Python 3.13's venv make. Neither pytest
-# nor git looks inside them, and an agent that runs the tests makes one.
-_SELF_IGNORING = frozenset((".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv"))
+# pytest, mypy and ruff. Nothing runs from them, pytest does not look inside them, and an
+# agent that runs the tests makes one.
+# (Not a virtualenv, though uv's ignores itself too: what is in it runs when it is used.)
+_SELF_IGNORING = frozenset((".pytest_cache", ".mypy_cache", ".ruff_cache"))
 
 
 def _tool_cache(ctx: Context, rule: git.IgnoreRule, untracked: dict[str, bool]) -> bool:
@@ -297,7 +298,7 @@ _CI_BY_NAME = frozenset({".pre-commit-config.yaml", ".pre-commit-hooks.yaml", "l
 _CI_BY_DIR = (".github/workflows/", ".github/actions/", ".circleci/", ".husky/", ".githooks/", ".buildkite/")
 _OBEYED_BY_NAME = frozenset({".envrc", ".mcp.json", "AGENTS.md", "AGENTS.override.md", "CLAUDE.md", "CLAUDE.local.md",
                              "GEMINI.md", ".cursorrules", ".windsurfrules", ".clinerules", ".aider.conf.yml",
-                             ".devcontainer.json", "copilot-instructions.md", "CONVENTIONS.md", "AGENT.md",
+                             ".devcontainer.json", "copilot-instructions.md", "AGENT.md",
                              ".goosehints", ".roorules"})
 _OBEYED_BY_DIR = (".vscode/", ".idea/", ".devcontainer/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".windsurf/",
                   ".clinerules/", ".github/instructions/", ".github/prompts/", ".kiro/", ".roo/", ".amazonq/")
