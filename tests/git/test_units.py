@@ -663,3 +663,19 @@ def test_what_a_setup_step_staged_and_the_agent_reset_is_no_change(tmp_path: Pat
     (repo / "s.txt").unlink(missing_ok=True)
     r = git.Repo(repo / ".git", repo / ".git", repo)
     assert git.status_without_trusting_index(r, copy, ignored=True, head=base) == []
+
+
+def test_a_sha256_repositorys_packs_verify(tmp_path: Path) -> None:
+    """git verify-pack outside a repository takes SHA-1: a SHA-256 repository's honest pack
+    was taken for forged (and any run that made one failed git-metadata)."""
+    repo = tmp_path / "r"
+    gitcmd(tmp_path, "init", "-q", "--object-format=sha256", str(repo))
+    (repo / "a.txt").write_text("a\n")
+    gitcmd(repo, "add", "a.txt")
+    gitcmd(repo, "commit", "-q", "-m", "a")
+    gitcmd(repo, "repack", "-adq")
+    assert configfile.object_format(repo / ".git") == "sha256"
+    idx = next((repo / ".git" / "objects" / "pack").glob("*.idx"))
+    assert git.verify_pack(idx, "sha256")
+    assert not git.verify_pack(idx)  # as it was asked before
+    assert configfile.object_format(tmp_path) == "sha1"  # no config: git's default
