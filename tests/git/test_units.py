@@ -322,14 +322,19 @@ def test_a_taken_branch_name_is_found_in_the_files_as_git_finds_it(repo: Path,
     gitcmd(repo, "pack-refs", "--all")
     gitcmd(repo, "branch", "ccm/loose")
     (repo / ".git/refs/heads/ccm/broken").write_text("not an id\n")
+    (repo / ".git/refs/heads/ccm/planted/deeper").mkdir(parents=True)  # empty: git removes it in its way
+    (repo / ".git/refs/heads/ccm/parent").mkdir()
+    (repo / ".git/refs/heads/ccm/parent/child").write_text("0" * 40 + "\n")  # ccm/parent/child: a conflict
     host = git.Repo(repo / ".git", repo / ".git", repo)
     from ccm_guard.git import refs
 
     monkeypatch.setattr(refs, "run", lambda *a, **k: pytest.fail(f"git was run: {a}"))
     found = {name: git.branch_taken(host, name) for name in ("ccm/packed", "ccm/loose", "ccm/broken", "ccm/pack",
-                                                             "ccm/none", "main")}
+                                                             "ccm/none", "main", "ccm/planted", "ccm/parent")}
     assert found == {"ccm/packed": True, "ccm/loose": True, "ccm/broken": True, "ccm/pack": False,
-                     "ccm/none": False, "main": True}
+                     "ccm/none": False, "main": True, "ccm/planted": False, "ccm/parent": True}
+    monkeypatch.undo()
+    gitcmd(repo, "branch", "ccm/planted")  # and git takes the name, as branch_taken says it will
 
 
 def test_a_new_config_file_is_left_to_git_where_it_cannot_be_linked_and_keeps_the_umask(
