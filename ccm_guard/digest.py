@@ -8,12 +8,14 @@ is several times faster per byte, so inputs past SMALL still go to it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any, Callable
 
 SMALL = 1 << 16
 
 
+@functools.lru_cache(maxsize=None)  # asked once per name: a snapshot hashes thousands of refs
 def _builtin(name: str) -> Callable[..., Any] | None:
     for module in (f"_{name}", "_sha2"):  # CPython 3.11 has _sha1 and _sha256; 3.12 moved SHA-256 to _sha2
         try:

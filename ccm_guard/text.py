@@ -9,14 +9,15 @@ MAX_PATHS = 20  # paths shown per finding in a human verdict; --json has them al
 
 # Control characters (C0, DEL, C1) and bidirectional overrides can hide or reorder text
 # on a terminal; anything the agent chose (paths, commit subjects) is shown escaped.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_C1_AND_BIDI = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\x00-\x1f{_C1_AND_BIDI}]")
 
 
 def safe(text: str) -> str:
     return _UNSAFE.sub(_escaped, text)
 
 
-_UNSAFE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_C1_AND_BIDI}]")  # all but tab and newline
 
 
 def safe_lines(text: str) -> str:

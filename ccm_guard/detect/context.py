@@ -41,6 +41,13 @@ class Skipped(Exception):
     """The gate could not judge; the reason says why (and the verdict fails)."""
 
 
+# What git deletes when a rebase, revert or cherry-pick ends: a pseudo-ref, which git 2.39
+# deletes through a ref transaction that locks packed-refs, out of a sandboxed task's reach.
+_PSEUDOREFS = ("CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD")
+# What such an operation leaves while it is not finished.
+_UNFINISHED = ("MERGE_HEAD", "MERGE_MSG", "rebase-merge", "rebase-apply", "sequencer")
+
+
 @dataclasses.dataclass(kw_only=True)
 class Context:
     """Everything a gate may look at, gathered once per judgement."""
@@ -157,6 +164,23 @@ class Context:
         return found
 
     @functools.cached_property
+    def finished_pseudorefs(self) -> list[str]:
+        """The task's pseudo-refs (snapshot keys) that a finished rebase, revert or
+        cherry-pick left only because the sandbox kept git from deleting them: nothing of
+        an unfinished one is there (no MERGE_MSG, no rebase or sequencer state, no unmerged
+        index entry). Warned of by git-metadata, removed by judge."""
+        own = f"common/worktrees/{self.pins.admin_name}/"
+        added = [own + name for name in _PSEUDOREFS
+                 if own + name in self.after.files and own + name not in self.before.files]
+        if not added or any(own + name in self.after.files for name in _UNFINISHED):
+            return []
+        try:
+            unmerged = git.staged_changes(self.repo)
+        except (GitError, UntrustedRepoError):
+            return []  # cannot tell: not taken for finished
+        return [] if any(e.code.startswith("U") for e in unmerged) else added
+
+    @functools.cached_property
     def forged_packs(self) -> list[str]:
         """New packs (and a new multi-pack index) that do not verify: an object in them
         does not hash to the name its index gives it, so it could stand in for an existing
@@ -224,28 +248,6 @@ def plants(ctx: Context) -> list[str]:
 
 
 _THE_PERSONS = ("config", "config.worktree")
-
-
-# What git deletes when a rebase, revert or cherry-pick ends: a pseudo-ref, which git 2.39
-# deletes through a ref transaction that locks packed-refs, out of a sandboxed task's reach.
-_PSEUDOREFS = ("CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD")
-# What such an operation leaves while it is not finished.
-_UNFINISHED = ("MERGE_HEAD", "MERGE_MSG", "rebase-merge", "rebase-apply", "sequencer")
-
-
-def finished_pseudorefs(ctx: Context) -> list[str]:
-    """The task's pseudo-refs (snapshot keys) that a finished rebase, revert or cherry-pick
-    left only because the sandbox kept git from deleting them: nothing of an unfinished
-    one is there (no MERGE_MSG, no rebase or sequencer state, no unmerged index entry)."""
-    own = f"common/worktrees/{ctx.pins.admin_name}/"
-    added = [own + name for name in _PSEUDOREFS if own + name in ctx.after.files and own + name not in ctx.before.files]
-    if not added or any(own + name in ctx.after.files for name in _UNFINISHED):
-        return []
-    try:
-        unmerged = git.staged_changes(ctx.repo)
-    except (GitError, UntrustedRepoError):
-        return []  # cannot tell: not taken for finished
-    return [] if any(e.code.startswith("U") for e in unmerged) else added
 
 
 def config_plants(ctx: Context) -> list[dict[str, object]]:

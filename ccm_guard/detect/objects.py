@@ -95,9 +95,7 @@ def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Ide
         packed |= pack_names(objects_dir / rel, len(loose[0].replace("/", "")) // 2)
     repacked = [rel for rel in loose if rel.replace("/", "") in packed]
     removed = [rel for rel in gone if rel not in repacked]
-    # (One that is gone again was pruned by a git of the person's meanwhile: not a forgery.)
-    forged = [rel for rel in new if _is_fanout(rel[:2]) and not _loose_ok(objects_dir / rel)
-              and os.path.lexists(objects_dir / rel)]
+    forged = [rel for rel in new if _is_fanout(rel[:2]) and _forged_loose(objects_dir / rel)]
     midx = "pack/multi-pack-index"
     midx_changed = midx in after and before.get(midx) != after[midx]
     beside_old = _beside_old(before, new, midx_kept=midx in before and not midx_changed)
@@ -136,7 +134,7 @@ def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -
         if ctime_ns < threshold:
             continue
         if _is_fanout(rel[:2]):
-            if not _loose_ok(objects_dir / rel) and os.path.lexists(objects_dir / rel):
+            if _forged_loose(objects_dir / rel):
                 found.append(rel)
         elif rel.startswith("pack/multi-pack-index"):
             packs.add("pack/multi-pack-index")
@@ -149,6 +147,12 @@ def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -
         elif os.path.lexists(objects_dir / rel) and not git.verify_pack(objects_dir / rel, object_format):
             found.append(rel)
     return found
+
+
+def _forged_loose(path: Path) -> bool:
+    """A loose object whose bytes do not hash to its name. (One that is gone again was
+    pruned by a git of the person's meanwhile: not a forgery.)"""
+    return not _loose_ok(path) and os.path.lexists(path)
 
 
 def pack_names(idx: Path, oid_len: int) -> set[str]:

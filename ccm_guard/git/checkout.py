@@ -138,13 +138,19 @@ def hidden_by_index_flags(repo: Repo) -> list[str]:
     (`update-index --assume-unchanged`), or skip-worktree while the file is there on disk
     (a sparse checkout's skipped files are absent; `--skip-worktree` on a present file
     hides its edits)."""
-    hidden = []
-    for record in run(["ls-files", "-v", "-z"], repo).z():
+    return [path for path, _, _ in _flagged(repo)]
+
+
+def _flagged(repo: Repo, env: Mapping[str, str] | None = None) -> list[tuple[str, bool, bool]]:
+    """The index's entries that git status skips, in index order: (path, flagged
+    assume-unchanged, flagged skip-worktree while the file is on disk)."""
+    found = []
+    for record in run(["ls-files", "-v", "-z"], repo, env=env).z():
         tag, _, path = record.partition(" ")
-        if tag.islower() or (tag == "S" and repo.work_tree is not None
-                             and os.path.lexists(os.path.join(repo.work_tree, path))):
-            hidden.append(path)
-    return hidden
+        skipped = tag in "Ss" and repo.work_tree is not None and os.path.lexists(os.path.join(repo.work_tree, path))
+        if tag.islower() or skipped:
+            found.append((path, tag.islower(), skipped))
+    return found
 
 
 def _status(repo: Repo, *, ignored: bool, untracked: bool, env: Mapping[str, str] | None = None) -> list[StatusEntry]:
@@ -220,11 +226,15 @@ def check_ignore(repo: Repo, paths: list[str]) -> list[IgnoreRule]:
 # common dir's work tree with a private index (GIT_INDEX_FILE); the main worktree's own
 # config.worktree is read then, so its sparse settings are switched off for these calls.
 
-_PRIVATE_INDEX_CONFIG = {
-    "GIT_CONFIG_COUNT": "2",
-    "GIT_CONFIG_KEY_0": "core.sparseCheckout", "GIT_CONFIG_VALUE_0": "false",
-    "GIT_CONFIG_KEY_1": "index.sparse", "GIT_CONFIG_VALUE_1": "false",
-}
+def _config_env(*pairs: tuple[str, str]) -> dict[str, str]:
+    """Config for one git call through the environment (GIT_CONFIG_COUNT/KEY_n/VALUE_n)."""
+    env = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for n, (key, value) in enumerate(pairs):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    return env
+
+
+_PRIVATE_INDEX_CONFIG = _config_env(("core.sparseCheckout", "false"), ("index.sparse", "false"))
 
 
 def checkout_with_index(repo: Repo, index: Path, rev: str) -> None:
@@ -248,12 +258,7 @@ def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
 # Stat data decides which files git reads: no config may loosen how it is compared. (A
 # sparse task's own settings stay: its skipped files are absent, not deleted, and one
 # written outside the cone is seen as git sees it in the task.)
-_STAT_CHECKED = {
-    "GIT_CONFIG_COUNT": "3",
-    "GIT_CONFIG_KEY_0": "core.trustCtime", "GIT_CONFIG_VALUE_0": "true",
-    "GIT_CONFIG_KEY_1": "core.checkStat", "GIT_CONFIG_VALUE_1": "default",
-    "GIT_CONFIG_KEY_2": "core.ignoreStat", "GIT_CONFIG_VALUE_2": "false",
-}
+_STAT_CHECKED = _config_env(("core.trustCtime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"))
 
 
 class KeptIndex(NamedTuple):
@@ -325,13 +330,9 @@ def _unflag(repo: Repo, env: Mapping[str, str]) -> None:
     """Take off the private index the flags that make git skip a file: what a setup step
     marked assume-unchanged, or skip-worktree while the file is on disk (ccm-guard's own
     checkout has neither, but for a sparse task's absent files)."""
-    valid, skipped = [], []
-    for record in run(["ls-files", "-v", "-z"], repo, env=env).z():
-        tag, path = record[:1], record[2:]
-        if tag.islower():
-            valid.append(path)
-        if tag in "Ss" and repo.work_tree is not None and os.path.lexists(os.path.join(repo.work_tree, path)):
-            skipped.append(path)
+    flagged = _flagged(repo, env)
+    valid = [path for path, assumed, _ in flagged if assumed]
+    skipped = [path for path, _, present in flagged if present]
     for flag, paths in (("--no-assume-unchanged", valid), ("--no-skip-worktree", skipped)):
         if paths:
             run(["update-index", flag, "-z", "--stdin"], repo, env=env,

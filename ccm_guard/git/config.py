@@ -332,7 +332,7 @@ def object_format(common_dir: Path) -> str:
     except OSError:
         return "sha1"
     values = values_of(data, "extensions.objectformat") if b"objectformat" in data.lower() else ()
-    return (values[-1].lower() if values else "sha1") or "sha1"
+    return values[-1].lower() if values and values[-1] else "sha1"
 
 
 def values_of(data: bytes, key: str) -> tuple[str, ...] | None:

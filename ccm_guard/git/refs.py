@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
@@ -96,18 +97,18 @@ def branch_taken(repo: Repo, branch: str) -> bool:
     common, ref = repo.common_dir, f"refs/heads/{branch}"
     if os.path.lexists(common / "reftable"):
         return ref_exists(repo, ref)
-    if os.path.lexists(common / ref):
+    try:
+        st = os.lstat(common / ref)
+    except OSError:
+        pass
+    else:
         # A directory there is a branch's name only if refs are under it (ccm/t/x): git
         # removes empty ones in its way (an agent can plant them: refs/heads/ccm/ is its).
-        return not os.path.isdir(common / ref) or os.path.islink(common / ref) or _holds_a_file(common / ref)
+        return not stat.S_ISDIR(st.st_mode) or any(files for _, _, files in os.walk(common / ref))
     packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
     if packed is None or len(packed) > _READ_LIMIT:
         return os.path.lexists(common / "packed-refs") and ref_exists(repo, ref)
     return f" {ref}\n".encode() in packed
-
-
-def _holds_a_file(directory: Path) -> bool:
-    return any(files for _, _, files in os.walk(directory))
 
 
 # Names made of these parts are valid branch names by every rule of git-check-ref-format(1)

@@ -68,13 +68,13 @@ def refill_soon(registry: Registry, repo: Path) -> None:
     pending = _pending(repo)
     if pending is None:
         return  # a refiller is waiting to start: it counts what is missing when it does
-    if pending < 0:  # no lock to be had (the state home unwritable?): a refiller all the same
-        detached("refill", str(repo), orphan=True, after=REFILL_DELAY, nice=REFILL_NICE)
-        return
+    # Without a lock to be had (the state home unwritable?): a refiller all the same.
+    held = (pending,) if pending >= 0 else ()
     try:
-        detached("refill", str(repo), str(pending), orphan=True, keep=(pending,), after=REFILL_DELAY, nice=REFILL_NICE)
+        detached("refill", str(repo), *map(str, held), orphan=True, keep=held, after=REFILL_DELAY, nice=REFILL_NICE)
     finally:
-        os.close(pending)  # the refiller holds it on
+        for fd in held:
+            os.close(fd)  # the refiller holds it on
 
 
 REFILL_DELAY = 1.0  # seconds: the agent starts first
@@ -83,9 +83,10 @@ REFILL_NICE = 10
 
 def _pending(repo: Path) -> int | None:
     """A descriptor holding the repository's refill-pending lock; None when another holds
-    it, -1 when the lock file cannot be opened. A refiller holds it while it waits to start, so that the takes of a fork
-    group (or of runs started together) start one refiller, not one each: each is a
-    Python process, and they would compete with the runs for the cores."""
+    it, -1 when the lock file cannot be opened. A refiller holds it while it waits to
+    start, so that the takes of a fork group (or of runs started together) start one
+    refiller, not one each: each is a Python process, and they would compete with the
+    runs for the cores."""
     try:
         fd = os.open(lock_file(repo, "refill-pending"), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:

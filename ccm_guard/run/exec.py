@@ -16,7 +16,13 @@ from ccm_guard.agent import processes, runner
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.agent.steps import StepResult, run_steps
 from ccm_guard.detect.policy_at import role_at
-from ccm_guard.detect.snapshot import Snapshot, file_identity, main_files, take
+from ccm_guard.detect.snapshot import (
+    Snapshot,
+    file_identity,
+    identity,
+    main_files,
+    take,
+)
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.digest import sha256_hex
 from ccm_guard.errors import GuardError, NotARepository, StateError
@@ -122,8 +128,7 @@ def keep_index(pins: Pins, log_dir: Path, *, at: str, pristine: bool) -> dict[st
         st = os.lstat(copy)
     except OSError:
         return None
-    return {"path": str(copy), "at": at, "pristine": pristine,
-            "identity": [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]}
+    return {"path": str(copy), "at": at, "pristine": pristine, "identity": identity(st)}
 
 
 def kept_index(record: object) -> git.KeptIndex | None:
@@ -134,7 +139,7 @@ def kept_index(record: object) -> git.KeptIndex | None:
         st = os.lstat(record["path"])
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode) or [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] != record.get("identity"):
+    if not stat.S_ISREG(st.st_mode) or identity(st) != record.get("identity"):
         return None
     return git.KeptIndex(Path(record["path"]), record["at"], record.get("pristine") is True)
 

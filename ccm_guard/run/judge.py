@@ -83,13 +83,7 @@ def _remove_finished_pseudorefs(ctx: Context) -> None:
     """What a finished rebase, revert or cherry-pick left only because the sandbox kept git
     from deleting it goes now (git-metadata warned): the person's `git status` in the kept
     worktree would say an operation is still under way."""
-    from ccm_guard.detect.context import Skipped, finished_pseudorefs
-
-    try:
-        stale = finished_pseudorefs(ctx)
-    except (GitError, Skipped):
-        return
-    for key in stale:
+    for key in ctx.finished_pseudorefs:
         with contextlib.suppress(OSError):
             os.unlink(ctx.pins.common_dir / key.removeprefix("common/"))
 
@@ -129,12 +123,12 @@ def judge(
     neighbours = [t for t in registry.list(repo=task.repo, since=before.taken_at - 1) if t.id != task.id]
     others = {Path(t.admin_dir or t.worktree).name: f"refs/heads/{t.branch}" for t in neighbours}
     repo = git.Repo(pins.admin_dir, pins.common_dir, pins.worktree)
+    own = registry.get(task.id)
+    changed = [t for t in neighbours if t.updated_at >= before.taken_at - 1]  # what ccm-guard did meanwhile
     ctx = Context(pins=pins, repo=repo, base=task.base, before=before, after=after, delta=delta,
                   main_files_before=main_before, other_tasks=others, leftovers=leftovers, role=checks.role,
-                  recorded_refs=_recorded_refs([t for t in [*neighbours, registry.get(task.id)]
-                                                if t.updated_at >= before.taken_at - 1]),
-                  ccm_moves=_recorded_moves([t for t in neighbours if t.updated_at >= before.taken_at - 1]),
-                  ccm_commits=registry.get(task.id).ccm_commits(), registry_reachable=not sandboxed,
+                  recorded_refs=_recorded_refs([*changed, own] if own.updated_at >= before.taken_at - 1 else changed),
+                  ccm_moves=_recorded_moves(changed), ccm_commits=own.ccm_commits(), registry_reachable=not sandboxed,
                   setup_files=setup_files or {})
     reason = untrusted_reason(ctx)
     errors = [f"git was not run on this repository again: {reason}"] if reason else []

@@ -67,17 +67,14 @@ def auto_snapshots(registry: Registry, host: git.Repo, task: Task, head: str, ev
         return {}
     taken = snapshots(host, task.id)
     have = set(taken.values())
-    due: dict[int, tuple[int, str]] = {}  # number -> (commit's place in the run, commit)
-    number = max(taken, default=0)
-    for index, (sha, _) in enumerate(commits if commits is not None else git.commits(host, task.base, head),
-                                     start=1):
-        if index % every == 0 and sha not in have:
-            number += 1
-            due[number] = (index, sha)
-    record_snapshots(registry, task.id, {n: sha for n, (_, sha) in due.items()})
-    for n, (index, sha) in due.items():
-        git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{n}", sha, message=f"ccm-guard: snapshot after commit {index}")
-    return {n: sha for n, (_, sha) in due.items()}
+    listed = commits if commits is not None else git.commits(host, task.base, head)
+    due = [(index, sha) for index, (sha, _) in enumerate(listed, start=1) if index % every == 0 and sha not in have]
+    made = {number: sha for number, (_, sha) in enumerate(due, start=max(taken, default=0) + 1)}
+    record_snapshots(registry, task.id, made)
+    for (number, sha), (index, _) in zip(made.items(), due):
+        git.update_ref(host, f"{SNAPSHOT_PREFIX}{task.id}/{number}", sha,
+                       message=f"ccm-guard: snapshot after commit {index}")
+    return made
 
 
 def _snapshot_parts(host: git.Repo, commit: str) -> tuple[str, str]:

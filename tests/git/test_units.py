@@ -465,7 +465,7 @@ def test_plain_config_is_read_without_git_exactly_as_git_reads_it(tmp_path: Path
         assert plain == git.config_entries(path), data
     assert all(configfile._parse_plain(data) is not None for data in _PLAIN_CONFIGS)
     # An agent writes some of these files: a long run of blanks before a refused byte is
-    # refused at once (a pattern that backtracked over it took seconds).
+    # refused (a pattern that backtracked over it took seconds: this suite's time would show it).
     assert configfile._parse_plain(b"[a]\ninclude = a" + b" " * 32000 + b"\x01\n") is None
     assert 20 < parsed_plainly < len(corpus)  # the corpus exercises both sides
 
@@ -623,9 +623,13 @@ def test_a_sparse_tasks_skipped_files_are_not_taken_for_deleted(tmp_path: Path) 
     (["src/app"], "src/x.py", True), (["src/app"], "src/lib/x.py", False), (["src/app"], "srcx/y.py", False),
 ])
 def test_in_cone_is_what_cone_mode_checks_out(cone: list[str], path: str, inside: bool) -> None:
-    from ccm_guard.worktree.sparse import in_cone
+    """The same answer as the forbid rules a sparse role gets for the cone (its twin, as
+    path rules): the two must not drift apart."""
+    from ccm_guard.pathrules.rules import Rules
+    from ccm_guard.worktree.sparse import cone_forbid, in_cone
 
     assert in_cone(path, cone) is inside
+    assert (Rules(None, cone_forbid(cone)).violation(path) is None) is inside
 
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])

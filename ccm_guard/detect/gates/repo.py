@@ -15,7 +15,6 @@ from ccm_guard.detect.context import (
     Context,
     Finding,
     display,
-    finished_pseudorefs,
     git_or_skip,
     plain,
     planted_links,
@@ -74,9 +73,10 @@ def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
     or as a commit in its worktree (its index or HEAD reflog moved too). The branch must
     also point where that worktree's HEAD went: its HEAD reflog, which only that
     worktree's git writes (under the sandbox no other task can), holds the new tip (a task
-    whose git keeps no HEAD reflog, core.logAllRefUpdates=false, is taken at its word). A sibling fork that writes its own commit into the ref file (refs/heads/ccm/ is
-    every task's) fails here; one that sets it back to a commit the sibling had is not
-    caught (docs/attacks.md, section 4)."""
+    whose git keeps no HEAD reflog, core.logAllRefUpdates=false, is taken at its word).
+    A sibling fork that writes its own commit into the ref file (refs/heads/ccm/ is every
+    task's) fails here; one that sets it back to a commit the sibling had is not caught
+    (docs/attacks.md, section 4)."""
     for name, branch in ctx.other_tasks.items():
         if branch != rc.ref:
             continue
@@ -152,7 +152,7 @@ def git_metadata(ctx: Context) -> list[Finding]:
                         "which git would write through (ccm-guard ran no git there after this)", tuple(planted))
                 ] if planted else []
     guard_hooks = f"host/{hooks_dir(ctx.pins.common_dir)}/"
-    stale = set(finished_pseudorefs(ctx))
+    stale = set(ctx.finished_pseudorefs)
     for change in ctx.delta.files:
         if ctx.ignored_worktree(change.key):
             found = _other_task_change(ctx, change)
