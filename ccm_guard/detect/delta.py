@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from ccm_guard.detect import objects
-from ccm_guard.detect.snapshot import Snapshot
+from ccm_guard.detect import objects, refdirs
+from ccm_guard.detect.snapshot import Snapshot, with_listings
 from ccm_guard.state.pins import Pins
 
 
@@ -70,6 +70,12 @@ class Delta:
 
 def compare(before: Snapshot, after: Snapshot, pins: Pins, main_git_dir: Path) -> Delta:
     main_prefix = _prefix_of(main_git_dir, pins.common_dir)
+    # Closed ref directories kept by identity: only those whose record changed are put back.
+    listed_before, listed_after = refdirs.changed_listings(before.dirs, after.dirs)
+    before, after = with_listings(before, listed_before), with_listings(after, listed_after)
+    differ = {ref for ref in {*before.refs, *after.refs} if before.refs.get(ref) != after.refs.get(ref)}
+    if shadowing := refdirs.unchanged_listings(before.dirs, after.dirs, differ):
+        before, after = with_listings(before, shadowing), with_listings(after, shadowing)
     files = []
     for key in sorted(set(before.files) | set(after.files)):
         old, new = before.files.get(key), after.files.get(key)
@@ -79,11 +85,8 @@ def compare(before: Snapshot, after: Snapshot, pins: Pins, main_git_dir: Path) -
         change = ("added" if old is None or old.kind == "-" else "removed" if new is None or new.kind == "-"
                   else "modified")
         files.append(FileChange(key, change, classify(key, change, pins, main_prefix)))
-    refs = [
-        RefChange(ref, before.refs.get(ref), after.refs.get(ref))
-        for ref in sorted(set(before.refs) | set(after.refs))
-        if before.refs.get(ref) != after.refs.get(ref)
-    ]
+    refs = [RefChange(ref, before.refs.get(ref), after.refs.get(ref)) for ref in sorted(differ)
+            if before.refs.get(ref) != after.refs.get(ref)]
     objs = objects.compare(pins.common_dir / "objects", before.objects, after.objects)
     return Delta(files, refs, objs, main_prefix)
 

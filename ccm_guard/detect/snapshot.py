@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Collection, Iterator, NamedTuple
 
 from ccm_guard import git
-from ccm_guard.detect import objects
+from ccm_guard.detect import objects, refdirs
 from ccm_guard.digest import sha256_hex
 from ccm_guard.state.pins import Pins
 
@@ -60,6 +60,11 @@ class Snapshot:
     # identity: the next snapshot reads again only those whose file changed (20k branches
     # with their reflogs cost a second and a half to read twice).
     ref_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    # A sandboxed run's: the ref directories the agent can write (read in full, as every
+    # one is where this is None), and the others kept by identity, rel -> "<identity>
+    # <listing>", their entries left out of `refs` and `files` (detect/refdirs.py).
+    open_refs: tuple[str, ...] | None = None
+    dirs: dict[str, str] = dataclasses.field(default_factory=dict)
     # 2: locks and every task's guard hooks are recorded. A baseline written by an older
     # ccm-guard (1) has neither, so what they would show is not judged against it.
     format: int = 2
@@ -73,6 +78,8 @@ class Snapshot:
             "taken_at": self.taken_at,
             "locks": list(self.locks),
             "ref_ids": self.ref_ids,
+            "open_refs": None if self.open_refs is None else list(self.open_refs),
+            "dirs": self.dirs,
             "format": self.format,
         }
 
@@ -86,18 +93,24 @@ class Snapshot:
             taken_at=data["taken_at"],
             locks=tuple(data.get("locks", ())),
             ref_ids=dict(data.get("ref_ids", {})),
+            open_refs=None if data.get("open_refs") is None else tuple(data["open_refs"]),
+            dirs=dict(data.get("dirs", {})),
             format=data.get("format", 1),
         )
 
 
-def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
+def take(pins: Pins, previous: Snapshot | None = None, *, sandboxed: bool = False) -> Snapshot:
     """Capture the common dir's files, the worktree's `.git` pointer, the host files that
     steer git or ccm-guard (with the files the config files include: they are few and read
     first, so the walk is not done twice), the refs and the object inventory. Pure file
-    reads; no git. A loose ref whose file is as in `previous` keeps its value from there."""
+    reads; no git. A loose ref whose file is as in `previous` keeps its value from there.
+    `sandboxed` (or a sandboxed `previous`): the ref directories closed to the agent are
+    kept by identity where they can be (detect/refdirs.py)."""
     from ccm_guard.git.config import include_targets
 
     common = pins.common_dir
+    open_refs = previous.open_refs if previous is not None else _open_refs(pins) if sandboxed else None
+    closed = refdirs.Closed(common, open_refs) if open_refs is not None else None
     extra_files: list[Path] = []
     for path in (common / "config", common / "config.worktree", *common.glob("worktrees/*/config.worktree")):
         data = read_nofollow(path)
@@ -109,11 +122,12 @@ def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
     locks: list[str] = []
     ref_ids: dict[str, str] = {}
     reuse = _Reuse(ref_ids, previous)
-    for rel, entry, data in _walk(common, skip_top=_SKIP_TOP, reuse=reuse):
+
+    def add(rel: str, entry: Entry, data: bytes | None) -> None:
         key = f"common/{rel}"
         if rel.endswith(".lock") and not rel.startswith(own):
             locks.append(key)  # another git at work right now, or one left behind: see `locks`
-            continue
+            return
         files[key] = entry
         if data is not None and _is_config(rel):
             contents[key] = data
@@ -121,6 +135,16 @@ def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
             config = _read_config(common / rel)  # larger than CONTENT_LIMIT
             if config is not None:
                 contents[key] = config
+
+    for rel, entry, data in _walk(common, skip_top=_SKIP_TOP, reuse=reuse, skip=() if closed is None else ("logs/refs",)):
+        add(rel, entry, data)
+    for rel, found in closed.walk("logs/refs", _reflog_listing) if closed is not None else ():
+        if found is None:  # open to the agent: read in full
+            for sub, entry, data in _walk(common / rel, reuse=reuse, base=f"{rel}/"):
+                add(sub, entry, data)
+        else:
+            _put_back(rel, found, {}, files)
+            locks += found.locks
     for name in ("objects/info",):
         for rel, entry, data in _walk(common / name):
             if rel.endswith(".lock"):  # commit-graph.lock: as the others (a gc at work, or left behind)
@@ -133,9 +157,44 @@ def take(pins: Pins, previous: Snapshot | None = None) -> Snapshot:
         if pointer[1] is not None:
             contents["pointer"] = pointer[1]
     _host_files(pins, files, contents, tuple(extra_files))
-    refs = read_refs(common, locks, reuse=reuse)
+    refs = read_refs(common, locks, reuse=reuse, closed=closed)
+    if closed is not None:
+        closed.save()
     return Snapshot(files, contents, refs, objects.inventory(common / "objects"), time.time(), tuple(locks),
-                    ref_ids=ref_ids)
+                    ref_ids=ref_ids, open_refs=open_refs, dirs=closed.dirs if closed is not None else {})
+
+
+def _open_refs(pins: Pins) -> tuple[str, ...]:
+    """The ref directories a sandboxed agent can write (prevent/roots.py): its branch's
+    and every task's (refs/heads/ccm/, whose siblings are judged by their reflogs), with
+    their reflogs' directories."""
+    from ccm_guard.worktree import BRANCH_PREFIX
+
+    dirs = dict.fromkeys((pins.branch_ref.rsplit("/", 1)[0], "refs/heads/" + BRANCH_PREFIX.rstrip("/")))
+    return (*dirs, *(f"logs/{d}" for d in dirs))
+
+
+def with_listings(snap: Snapshot, listings: dict[str, refdirs.Listing | None]) -> Snapshot:
+    """`snap` with the entries of directories it kept by identity put back, from their
+    listings (one that is gone from the store shows as a change of its own)."""
+    if not listings:
+        return snap
+    refs, files = dict(snap.refs), dict(snap.files)
+    for rel, listing in listings.items():
+        if listing is None:
+            files[f"common/{rel}/"] = Entry("o", 0, "unknown: its listing is gone from the state home")
+        else:
+            _put_back(rel, listing, refs, files)
+    return dataclasses.replace(snap, refs=refs, files=files)
+
+
+def _put_back(rel: str, listing: refdirs.Listing, refs: dict[str, str], files: dict[str, Entry]) -> None:
+    """A closed directory's entries, from its listing, into a snapshot's `refs` (a directory
+    of refs) or `files` (one of reflogs)."""
+    if rel.startswith("logs/"):
+        files.update((key, Entry(*value)) for key, value in listing.entries.items())
+    else:
+        refs.update(listing.entries)
 
 
 # --- files outside the repository that steer git or ccm-guard --------------------------------
@@ -249,11 +308,13 @@ def _is_config(rel: str) -> bool:
 
 
 def _walk(root: Path, skip_top: Collection[str] = (), *, identity_of: bool = False,
-          reuse: _Reuse | None = None) -> Iterator[tuple[str, Entry, bytes | None]]:
-    """Every entry below `root`, without following symlinks, as (relative path, entry, bytes);
-    `identity_of`: every file by its identity, none read; `reuse`: a shared reflog whose
-    file did not change keeps the entry of the earlier snapshot."""
-    stack: list[tuple[str, str | Path]] = [("", root)]
+          reuse: _Reuse | None = None, base: str = "", skip: Collection[str] = ()
+          ) -> Iterator[tuple[str, Entry, bytes | None]]:
+    """Every entry below `root`, without following symlinks, as (`base` + relative path,
+    entry, bytes); `identity_of`: every file by its identity, none read; `reuse`: a shared
+    reflog whose file did not change keeps the entry of the earlier snapshot; `skip`: the
+    directories not to go into."""
+    stack: list[tuple[str, str | Path]] = [(base, root)]
     while stack:
         prefix, directory = stack.pop()
         try:
@@ -263,7 +324,7 @@ def _walk(root: Path, skip_top: Collection[str] = (), *, identity_of: bool = Fal
         with it:
             for dent in it:
                 rel = prefix + dent.name
-                if not prefix and dent.name in skip_top:
+                if prefix == base and dent.name in skip_top:
                     continue
                 # Object stores (submodules', git-lfs') are tracked by identity: hashing
                 # gigabytes twice per run would dwarf the run itself. Paths stay strings
@@ -281,7 +342,7 @@ def _walk(root: Path, skip_top: Collection[str] = (), *, identity_of: bool = Fal
                     yield rel, Entry("d", entry.mode, "too deep to list"), None
                     continue
                 yield rel, entry, data
-                if entry.kind == "d":
+                if entry.kind == "d" and rel not in skip:
                     stack.append((rel + "/", dent.path))
 
 
@@ -423,32 +484,91 @@ class _Reuse:
         return _entry_of(path, st, by_identity=False)
 
 
-def read_refs(common: Path, locks: list[str] | None = None, *, reuse: _Reuse | None = None) -> dict[str, str]:
+def read_refs(common: Path, locks: list[str] | None = None, *, reuse: _Reuse | None = None,
+              closed: refdirs.Closed | None = None) -> dict[str, str]:
     """All refs of the common dir: packed first, loose ones override (as git reads them).
     Lock files found among them are added to `locks` ("common/refs/<rel>"). With `reuse`,
-    a loose ref whose file did not change since the earlier snapshot keeps its value."""
+    a loose ref whose file did not change since the earlier snapshot keeps its value.
+    With `closed`, the directories closed to the agent are kept by identity where they can be."""
     refs = _packed_refs(read_nofollow(common / "packed-refs") or b"")
-    top = os.path.join(common, "refs")
-    for rel, entry, data in _walk(Path(top), identity_of=reuse is not None):
-        if rel.endswith(".lock"):  # a ref update in flight (or left behind), not a ref: git reads it so
-            if locks is not None:
-                locks.append(f"common/refs/{rel}")
+    found_locks: list[str] = []
+    for top, found in closed.walk("refs", _ref_listing) if closed is not None else [("refs", None)]:
+        if found is not None:
+            _put_back(top, found, refs, {})
+            found_locks += found.locks
             continue
-        name = f"refs/{rel}"
-        if entry.kind == "l":
-            refs[name] = f"symlink: {entry.digest}"
-        elif entry.kind == "f":
-            if reuse is not None:  # the walk gave the file's identity, not its bytes
-                before = reuse.unchanged(name, entry.digest)
-                if before is not None and name in before.refs:
-                    refs[name] = before.refs[name]
+        for rel, entry, data in _walk(common / top, identity_of=reuse is not None, base=f"{top}/"):
+            if rel.endswith(".lock"):  # a ref update in flight (or left behind), not a ref: git reads it so
+                found_locks.append(f"common/{rel}")
+                continue
+            if entry.kind == "f" and reuse is not None:  # the walk gave the file's identity, not its bytes
+                before = reuse.unchanged(rel, entry.digest)
+                if before is not None and rel in before.refs:
+                    refs[rel] = before.refs[rel]
                     continue
-                data = read_nofollow(os.path.join(top, rel))
-            text = (data or b"").decode("utf-8", "surrogateescape").strip()
-            refs[name] = text if text.startswith("ref: ") else text[:64]
-        elif entry.kind != "d":
-            refs[name] = f"other: {entry.digest}"
+                data = read_nofollow(common / rel)
+            value = _ref_value(entry, data)
+            if value is not None:
+                refs[rel] = value
+    if locks is not None:
+        locks += found_locks
     return refs
+
+
+def _ref_value(entry: Entry, data: bytes | None) -> str | None:
+    """What a loose ref's file says, as a snapshot records it (None: a directory)."""
+    if entry.kind == "l":
+        return f"symlink: {entry.digest}"
+    if entry.kind == "f":
+        text = (data or b"").decode("utf-8", "surrogateescape").strip()
+        return text if text.startswith("ref: ") else text[:64]
+    return None if entry.kind == "d" else f"other: {entry.digest}"
+
+
+def _ref_listing(rel: str, path: str) -> refdirs.Listing:
+    """A closed directory of refs read in full: its refs' values, locks and subdirectories."""
+    listing = refdirs.Listing([], {}, [])
+    for name, dent_path, is_dir in _entries(path):
+        if name.endswith(".lock"):
+            listing.locks.append(f"common/{rel}/{name}")
+        elif is_dir:
+            listing.subdirs.append(name)
+        elif (found := _read_entry(dent_path)) is not None:
+            value = _ref_value(*found)
+            if value is not None:
+                listing.entries[f"{rel}/{name}"] = value
+    return listing
+
+
+def _reflog_listing(rel: str, path: str) -> refdirs.Listing:
+    """A closed directory of reflogs: each by its kind and inode (git appends to a reflog in
+    place; no one in the sandbox can write here), locks and subdirectories."""
+    listing = refdirs.Listing([], {}, [])
+    for name, dent_path, is_dir in _entries(path):
+        key = f"common/{rel}/{name}"
+        if name.endswith(".lock"):
+            listing.locks.append(key)
+            continue
+        try:
+            st = os.lstat(dent_path)
+        except OSError:
+            continue
+        kind = "d" if is_dir else "f" if stat.S_ISREG(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "o"
+        listing.entries[key] = [kind, 0, "" if is_dir else f"ino:{st.st_ino}:{stat.S_IFMT(st.st_mode)}"]
+        if is_dir:
+            listing.subdirs.append(name)
+    return listing
+
+
+def _entries(path: str) -> Iterator[tuple[str, str, bool]]:
+    """A directory's entries: (name, path, is a directory to go into), without following links."""
+    try:
+        with os.scandir(path) as it:
+            for dent in it:
+                is_dir = dent.is_dir(follow_symlinks=False) and len(dent.path) <= PATH_LIMIT
+                yield dent.name, dent.path, is_dir
+    except OSError:
+        return
 
 
 def file_identity(work_tree: Path, entry: git.StatusEntry) -> str:

@@ -66,7 +66,8 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
         armed = prevention.arm(task, pins, role, command, sandbox_mode=opts.sandbox, no_network=opts.no_network,
                                agent=opts.agent, allow_ports=opts.allow_ports, rules=compiled.result())
         setup, setup_files = _setup(opts, role, task, pins, armed, registry)
-        before = take(pins)  # after arming and setup: its own config and hooks are the baseline
+        # After arming and setup: its own config and hooks are the baseline.
+        before = take(pins, sandboxed=armed.confine is not None)
         index_before = keep_index(pins, Path(task.log_dir), at=before.refs.get(pins.branch_ref) or plan.base,
                                   pristine=setup is None)
     except BaseException:

@@ -1,0 +1,163 @@
+"""Ref directories closed to a sandboxed agent, kept by identity (detect/refdirs.py): what
+changed in them is still told exactly, ref by ref, and what did not is not read at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import git, make_repo, spawn_exec, write_agent
+
+from ccm_guard.detect import refdirs
+from ccm_guard.detect.delta import compare
+from ccm_guard.detect.snapshot import take
+from ccm_guard.prevent import sandbox
+from ccm_guard.state.pins import Pins
+
+MANY = refdirs.SMALL + 36
+
+
+def _branches(repo: Path, count: int, prefix: str = "bench") -> None:
+    lines = "".join(f"create refs/heads/{prefix}/r{i:04d} HEAD\n" for i in range(count))
+    subprocess.run(["git", "-c", "core.logAllRefUpdates=true", "update-ref", "--stdin"], cwd=repo, input=lines,
+                   text=True, check=True)
+
+
+@pytest.fixture
+def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pins]:
+    """A repository with MANY branches under refs/heads/bench/ and a task worktree; the
+    listings are stored however fresh the directories are (the two-second rule is the
+    racy check's, tested on its own)."""
+    monkeypatch.setattr(refdirs, "_SETTLE_NS", 0)
+    repo = make_repo(tmp_path / "repo")
+    _branches(repo, MANY)
+    git(repo, "worktree", "add", "-q", "-b", "ccm/t1", str(tmp_path / "wt"))
+    common = repo / ".git"
+    time.sleep(0.05)  # a later change gets a later change time than the listing saw
+    return repo, Pins(tmp_path / "wt", common / "worktrees" / "wt", common, "ccm/t1")
+
+
+def test_a_closed_directory_left_alone_is_kept_by_identity_and_not_read(task: tuple[Path, Pins]) -> None:
+    repo, pins = task
+    before = take(pins, sandboxed=True)
+    assert set(before.dirs) == {"refs/heads/bench", "logs/refs/heads/bench"}
+    assert not any(ref.startswith("refs/heads/bench/") for ref in before.refs)
+    assert not any(key.startswith("common/logs/refs/heads/bench/") for key in before.files)
+    assert before.refs["refs/heads/ccm/t1"] == git(repo, "rev-parse", "HEAD")  # the open directory, read in full
+    after = take(pins, previous=before)
+    assert after.dirs == before.dirs
+    delta = compare(before, after, pins, pins.common_dir)
+    assert delta.refs == [] and delta.files == []
+
+
+def test_a_change_in_a_closed_directory_is_told_ref_by_ref(task: tuple[Path, Pins]) -> None:
+    repo, pins = task
+    head = git(repo, "rev-parse", "HEAD")
+    before = take(pins, sandboxed=True)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "other")
+    other = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/heads/bench/r0003", other)
+    git(repo, "update-ref", "-d", "refs/heads/bench/r0004")
+    git(repo, "update-ref", "refs/heads/bench/new", other)
+    after = take(pins, previous=before)
+    assert after.dirs["refs/heads/bench"] != before.dirs["refs/heads/bench"]
+    delta = compare(before, after, pins, pins.common_dir)
+    bench = sorted((rc.ref, rc.before, rc.after) for rc in delta.refs if rc.ref.startswith("refs/heads/bench/"))
+    assert bench == [("refs/heads/bench/new", None, other), ("refs/heads/bench/r0003", head, other),
+                     ("refs/heads/bench/r0004", head, None)]
+    reflogs = {(c.key, c.change) for c in delta.files if c.key.startswith("common/logs/refs/heads/bench/")}
+    assert reflogs == {("common/logs/refs/heads/bench/new", "added"), ("common/logs/refs/heads/bench/r0004", "removed")}
+
+
+def test_a_listing_gone_from_the_store_shows_as_a_change_not_as_nothing(task: tuple[Path, Pins]) -> None:
+    repo, pins = task
+    before = take(pins, sandboxed=True)
+    for listing in refdirs.store_dir().glob("*-*.json"):
+        listing.write_text("{}")  # altered: its digest no longer holds
+    git(repo, "update-ref", "-d", "refs/heads/bench/r0001")
+    after = take(pins, previous=before)
+    delta = compare(before, after, pins, pins.common_dir)
+    assert ("common/refs/heads/bench/", "removed") in {(c.key, c.change) for c in delta.files}
+
+
+def test_without_the_sandbox_every_ref_is_read(task: tuple[Path, Pins]) -> None:
+    _, pins = task
+    snap = take(pins)
+    assert snap.dirs == {} and snap.open_refs is None
+    assert sum(ref.startswith("refs/heads/bench/") for ref in snap.refs) == MANY
+
+
+def test_the_agents_own_ref_directory_is_always_read_in_full(task: tuple[Path, Pins]) -> None:
+    repo, pins = task
+    _branches(repo, MANY, prefix="ccm/sibling")  # refs/heads/ccm/sibling/: below the open directory
+    time.sleep(0.05)
+    snap = take(pins, sandboxed=True)
+    assert not any(rel.startswith(("refs/heads/ccm", "logs/refs/heads/ccm")) for rel in snap.dirs)
+    assert sum(ref.startswith("refs/heads/ccm/sibling/") for ref in snap.refs) == MANY
+
+
+def test_a_directory_changed_in_the_last_two_seconds_is_not_kept(task: tuple[Path, Pins],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _, pins = task
+    monkeypatch.setattr(refdirs, "_SETTLE_NS", 2_000_000_000)  # as it is outside these tests
+    snap = take(pins, sandboxed=True)
+    assert "refs/heads/bench" not in snap.dirs  # made a moment ago: a change in the same tick could hide
+    assert sum(ref.startswith("refs/heads/bench/") for ref in snap.refs) == MANY
+
+
+@pytest.mark.skipif(sandbox.abi() == 0, reason="this kernel has no Landlock")
+def test_a_sandboxed_run_names_a_ref_moved_in_a_closed_directory_meanwhile(tmp_path: Path) -> None:
+    """End to end, with the store's two-second rule as shipped: a branch among many moved
+    by someone outside the sandbox while the agent ran is named, with where it went."""
+    repo = make_repo(tmp_path / "repo")
+    _branches(repo, MANY)
+    time.sleep(2.2)  # settled: the run's baseline keeps refs/heads/bench/ by identity
+    gate = tmp_path / "go"
+    agent = write_agent(tmp_path, f'touch "$TMPDIR/started"; while [ ! -e {gate} ]; do sleep 0.05; done')
+    proc = spawn_exec(repo, "--json", "--no-require-commit", "--task", "t1", "--", str(agent))
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "state").rglob("started")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the agent did not start"
+            time.sleep(0.05)
+        git(repo, "commit", "-q", "--allow-empty", "-m", "meanwhile")
+        git(repo, "update-ref", "refs/heads/bench/r0007", "HEAD")
+    finally:
+        gate.touch()
+        out, err = proc.communicate(timeout=60)
+    assert len(list((tmp_path / "state" / "refdirs").glob("*-*.json"))) >= 2, "nothing was kept by identity"
+    verdict = json.loads(out)
+    failed = {g["name"]: g for g in verdict["gates"] if g["status"] == "fail"}
+    assert set(failed) == {"refs-untouched"}, (failed, err)
+    assert "refs/heads/bench/r0007 moved" in out, out
+
+
+def test_bad_records_in_the_index_are_ignored(tmp_path: Path) -> None:
+    index = tmp_path / "index.json"
+    index.write_text('{"refs": ["1:2:3", "not a list", "x"], "refs/x": [1, [], "y"], "refs/y": "z"}')
+    assert refdirs._load_index(index) == {"refs/x": [1, [], "y"]}
+    index.write_text("[")
+    assert refdirs._load_index(index) == {}
+    assert os.path.exists(index)
+
+
+def test_a_packed_value_under_a_loose_one_in_a_closed_directory_is_no_change(task: tuple[Path, Pins]) -> None:
+    """Git reads the loose file over packed-refs: a packed value under it that changes
+    (the file written by hand here) moved nothing, kept by identity or not."""
+    repo, pins = task
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "other")
+    other = git(repo, "rev-parse", "HEAD")
+    packed = pins.common_dir / "packed-refs"
+    packed.write_text(f"# pack-refs with: peeled fully-peeled sorted \n{head} refs/heads/bench/r0005\n")
+    time.sleep(0.05)
+    before = take(pins, sandboxed=True)
+    assert "refs/heads/bench" in before.dirs
+    packed.write_text(f"# pack-refs with: peeled fully-peeled sorted \n{other} refs/heads/bench/r0005\n")
+    after = take(pins, previous=before)
+    assert after.dirs["refs/heads/bench"] == before.dirs["refs/heads/bench"]
+    assert compare(before, after, pins, pins.common_dir).refs == []
