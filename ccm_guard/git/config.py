@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
+from ccm_guard.git.base import binary
 from ccm_guard.git.core import Repo, describe_failure, run
 
 # --- reading and writing config through git ----------------------------------------------------
@@ -141,12 +142,9 @@ def person_identity(directory: Path) -> dict[str, str]:
     variables; those already in the environment win. Empty when nothing says who."""
     if all(os.environ.get(name) for name in IDENTITY_VARIABLES):
         return {name: os.environ[name] for name in IDENTITY_VARIABLES}  # nothing left to ask git
-    res = run(["config", "-z", "--get-regexp", r"^user\.(name|email)$"], cwd=directory, check=False,
-              person_config=True)
-    found: dict[str, str] = {}
-    for record in res.z() if res.returncode == 0 else []:
-        key, _, value = record.partition("\n")
-        found[key.removeprefix("user.")] = value  # the last one wins, as for `git config --get`
+    found = _identity_in_files(directory)
+    if found is None:
+        found = _identity_by_git(directory)
     identity = {}
     for role in ("AUTHOR", "COMMITTER"):
         for key in ("name", "email"):
@@ -155,6 +153,74 @@ def person_identity(directory: Path) -> dict[str, str]:
             if chosen:
                 identity[name] = chosen
     return identity
+
+
+def _identity_by_git(directory: Path) -> dict[str, str]:
+    res = run(["config", "-z", "--get-regexp", r"^user\.(name|email)$"], cwd=directory, check=False,
+              person_config=True)
+    found = {}
+    for record in res.z() if res.returncode == 0 else []:
+        key, _, value = record.partition("\n")
+        found[key.removeprefix("user.")] = value  # the last one wins, as for `git config --get`
+    return found
+
+
+def _identity_in_files(directory: Path) -> dict[str, str] | None:
+    """user.name and user.email as `git config` run in `directory`, a main checkout, finds
+    them, read from the files without a git process: the system config (for a git in
+    /usr/bin, whose is /etc/gitconfig), the global ones, the repository's and its worktree
+    config, later ones winning. None where git must be asked: a linked worktree, a file
+    not written plainly, or an include (whose conditions git evaluates)."""
+    common = directory / ".git"
+    try:
+        if not os.path.isdir(common) or os.stat(common).st_uid != os.getuid():
+            return None  # a linked worktree; one git would not trust (safe.directory)
+    except OSError:
+        return None
+    files: list[Path] = []
+    nosystem = _BOOLEANS.get(os.environ.get("GIT_CONFIG_NOSYSTEM", "0").lower() or "0")
+    if nosystem is None:
+        return None
+    if not nosystem:
+        system = os.environ.get("GIT_CONFIG_SYSTEM")
+        if system is None and os.path.realpath(binary()) != "/usr/bin/git":
+            return None  # its system config is where it was built to look
+        files.append(Path(system or "/etc/gitconfig"))
+    chosen = os.environ.get("GIT_CONFIG_GLOBAL")
+    files += [Path(chosen)] if chosen is not None else global_config_files()
+    files += [common / "config", common / "config.worktree"]
+    found: dict[str, str] = {}
+    local: dict[str, str] = {}
+    for path in files:
+        if path.name == "config.worktree":
+            # Git honours extensions.* only in a repository of format version 1.
+            version = local.get("core.repositoryformatversion", "0")
+            enabled = local.get("extensions.worktreeconfig", "false").lower()
+            if version not in ("0", "1") or enabled not in _BOOLEANS:
+                return None  # spelled in a way git reads by rules not copied here
+            if version == "0" or not _BOOLEANS[enabled]:
+                continue
+        try:
+            data = path.read_bytes() if path != Path("/dev/null") else b""
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        pairs = _parse_plain(data) if len(data) <= READ_LIMIT else None
+        if pairs is None:
+            return None
+        for key, value in pairs:
+            if key.startswith(("include.", "includeif.")):
+                return None
+            if key in ("user.name", "user.email"):
+                found[key[len("user."):]] = value
+            elif path == common / "config":
+                local[key] = value
+    return found
+
+
+_BOOLEANS = {"true": True, "yes": True, "on": True, "1": True,
+             "false": False, "no": False, "off": False, "0": False}
 
 
 def person_excludes(directory: Path) -> Path:

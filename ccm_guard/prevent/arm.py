@@ -85,6 +85,11 @@ class Armed:
         return self.agent.profile
 
 
+def confines(sandbox_mode: str) -> bool:
+    """Whether a run with this --sandbox is confined by Landlock."""
+    return sandbox_mode != "none" and sandbox.abi() > 0
+
+
 def check_options(sandbox_mode: str, no_network: bool, agent: str | None) -> None:
     """Refuse impossible options before anything is created."""
     if sandbox_mode not in SANDBOXES:
@@ -272,10 +277,9 @@ def landlock(sandbox_mode: str, no_network: bool, task_roots: Callable[[], list[
     sandbox is on) and its private directory (temp files, the agent's home) writable; with
     `no_network`, TCP only to `ports`. Returns the enforce to run in the child (None when
     unconfined), what ran, and the writable paths ([] when unconfined)."""
-    if sandbox_mode == "none":
-        return None, "none (--sandbox none)", []
-    if sandbox.abi() == 0:
-        return None, "none: this kernel has no Landlock, so the agent ran unsandboxed", []
+    if not confines(sandbox_mode):
+        return None, ("none (--sandbox none)" if sandbox_mode == "none" else
+                      "none: this kernel has no Landlock, so the agent ran unsandboxed"), []
     writable = [*task_roots(), private]
     confine = sandbox.prepare(writable, no_network=no_network, allow_ports=ports).enforce
     network = ""

@@ -55,6 +55,7 @@ def exec_task(opts: ExecOptions, registry: Registry) -> Verdict:
     main = plan.main.repo()
     # While git checks out the task's files: read the person's checkout, and compile the
     # role's path rules for the pre-commit hook (pathspec's import is slow, if needed).
+    # Read under the sandbox too: Landlock does not govern chmod, which status shows.
     main_status = Later(lambda: main_files(main))
     compiled = Later(lambda: _compiled_rules(role))
     recorded = {**checks.to_json(), **({"group": opts.group} if opts.group else {})}  # a fork's group
@@ -109,7 +110,7 @@ def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
             *result.warnings, *(f"{INCLUDE_FILE}: skipped {path}: {why}" for path, why in result.skipped[:20])]
 
 
-def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str],
+def write_baseline(path: Path, before: Snapshot, main_before: Mapping[str, str] | None,
                    setup_files: Mapping[str, str] | None = None, index_before: Mapping[str, Any] | None = None) -> Path:
     path.write_text(json.dumps({"snapshot": before.to_json(), "main_files": main_before,
                                 "setup_files": setup_files or {}, "index": index_before}))

@@ -142,8 +142,8 @@ def judge(
         absent = (lambda path: not in_cone(path, cone)) if cone else None
         ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, ignored=True,
                                                                           head=ctx.head, absent_by_design=absent))
-        main_status = Later(lambda: main_files(main))
-        if main_before is not None:
+        if main_before is not None:  # None: the sandbox walled the person's checkout off (run/exec.py)
+            main_status = Later(lambda: main_files(main))
             try:
                 ctx.main_files_after = main_status.result()
             except GitError as exc:

@@ -408,3 +408,15 @@ esac""")
     assert forks["fk-1"]["outcome"] == "gates-failed" and not forks["fk-1"]["pickable"]
     assert "refs-untouched" in forks["fk-1"]["failed_gates"]
     assert not forks["fk-2"]["pickable"]  # the victim's branch holds the attacker's commit: not its work
+
+
+@needs_landlock
+def test_a_sandboxed_agent_that_chmods_the_persons_file_is_named(repo: Path, tmp_path: Path) -> None:
+    """Landlock governs writes, not chmod: under the sandbox the agent can still change
+    the mode of the person's files. Their checkout's status is read before and after for
+    that, and the change is named."""
+    agent = write_agent(tmp_path, f"{COMMIT}\nchmod +x {repo}/src/app.py")
+    res = run_exec(repo, agent)
+    assert os.access(repo / "src/app.py", os.X_OK)  # it happened
+    assert res.status("main-checkout") == "warn"
+    assert all_paths(res, "main-checkout") == ["src/app.py"]
