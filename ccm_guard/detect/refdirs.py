@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -34,18 +35,29 @@ from ccm_guard.digest import sha256_hex
 
 SMALL = 64  # fewer entries than this: cheaper to read each time than to keep
 _SETTLE_NS = 2_000_000_000
-TREES = ("refs", "logs/refs")
+_UNUSED_FOR = 7 * 86400  # a listing no snapshot used for this long, and the index no longer names, goes
+_STEM = re.compile(r"[0-9a-f]{16}-[0-9a-f]{64}")
 
 
 class Listing(NamedTuple):
-    """One directory's entries as a snapshot records them."""
+    """One directory's entries as a snapshot records them, read from its files."""
 
     subdirs: list[str]  # names
     entries: dict[str, Any]  # refs: "refs/<rel>" -> value; reflogs: "common/<rel>" -> [kind, mode, digest]
     locks: list[str]  # "common/<rel>" of lock files
+    idents: dict[str, str]  # entry -> its file's identity, by which the next reading reuses its entry
+    taken_at: float = 0.0
+
+    def reusable(self, key: str, ident: str) -> Any:
+        """The entry recorded for `key` if its file is as this listing saw it: the same
+        identity, last changed two seconds or more before it was read (else None)."""
+        if self.idents.get(key) != ident or int(ident.rsplit(":", 1)[1]) >= self.taken_at * 1e9 - _SETTLE_NS:
+            return None
+        return self.entries.get(key)
 
 
-Reader = Callable[[str, str], Listing]  # (rel, path) -> the directory's listing, read from its files
+# (rel, path, an earlier listing of it to reuse entries from) -> the directory's listing
+Reader = Callable[[str, str, "Listing | None"], Listing]
 
 
 def store_dir() -> Path:
@@ -60,7 +72,7 @@ class Closed:
     def __init__(self, common: Path, open_dirs: tuple[str, ...]) -> None:
         self.common = common
         self.open_dirs = open_dirs
-        self.dirs: dict[str, str] = {}  # recorded by identity: rel -> "<identity> <digest>"
+        self.dirs: dict[str, str] = {}  # recorded by identity: rel -> "<identity> <listing>"
         self._repo = sha256_hex(str(common).encode())[:16]
         self._index_path = store_dir() / f"{self._repo}.json"
         self._index: dict[str, list[Any]] | None = None
@@ -70,34 +82,35 @@ class Closed:
         return any(rel == d or rel.startswith(d + "/") for d in self.open_dirs)
 
     def walk(self, top: str, reader: Reader) -> Iterator[tuple[str, Listing | None]]:
-        """Every directory of the tree at `top` (rel to the common dir) down to the open
-        ones: (rel, listing) for a closed one (empty where the store holds it), (rel, None)
-        for an open one, which the caller reads in full with everything below it."""
+        """Every closed directory of the tree at `top` (rel to the common dir) as (rel,
+        listing), empty where the store holds it; then each open directory in it as (rel,
+        None), for the caller to read in full with everything below it. The open ones are
+        found by their own names, never through what the store says of their parents."""
         stack = [top]
         while stack:
             rel = stack.pop()
-            if self.is_open(rel):
-                yield rel, None
-                continue
             found = self._listing(rel, reader)
-            stack += [f"{rel}/{name}" for name in found.subdirs]
+            stack += [f"{rel}/{name}" for name in found.subdirs if not self.is_open(f"{rel}/{name}")]
             yield rel, found
+        for rel in self.open_dirs:
+            if rel.startswith(top + "/") and not any(rel.startswith(d + "/") for d in self.open_dirs):
+                yield rel, None
 
     def _listing(self, rel: str, reader: Reader) -> Listing:
         path = os.path.join(self.common, rel)
         try:
             st = os.lstat(path)
         except OSError:
-            return Listing([], {}, [])  # gone, or never there: its parent's listing says so
+            return Listing([], {}, [], {})  # gone, or never there: its parent's listing says so
         if not stat.S_ISDIR(st.st_mode):
-            return Listing([], {}, [])
+            return Listing([], {}, [], {})
         ident = _identity(st)
         known = self._known().get(rel)
-        if known and known[0] == ident and os.path.exists(store_dir() / f"{known[2]}.json"):
+        if known and known[0] == ident and _touch(known[2]):
             self.dirs[rel] = f"{ident} {known[2]}"
-            return Listing(list(known[1]), {}, [])
+            return Listing(list(known[1]), {}, [], {})
         started = time.time_ns()
-        found = reader(rel, path)
+        found = reader(rel, path, load(known[2], logs=rel.startswith("logs/")) if known else None)
         if len(found.entries) < SMALL or found.locks or st.st_ctime_ns > started - _SETTLE_NS:
             return found
         try:
@@ -108,7 +121,7 @@ class Closed:
             return found
         self.dirs[rel] = f"{ident} {stem}"
         self._added[rel] = [ident, found.subdirs, stem]
-        return Listing(found.subdirs, {}, [])
+        return Listing(found.subdirs, {}, [], {})
 
     def _known(self) -> dict[str, list[Any]]:
         if self._index is None:
@@ -118,8 +131,8 @@ class Closed:
     def save(self) -> None:
         """Add the directories listed anew to the repository's index of listings (a
         concurrent run's additions may be lost: then a later snapshot reads those again).
-        A listing the index no longer names goes once it is a day old: a run that began
-        with it and is still going needs it to tell what changed."""
+        A listing the index no longer names goes once no snapshot used it for a week:
+        a run that began with one and is still going, or an audit, needs it."""
         if not self._added:
             return
         index = _load_index(self._index_path)
@@ -133,7 +146,7 @@ class Closed:
         for stem in replaced:
             path = store_dir() / f"{stem}.json"
             try:
-                if stem not in kept and os.lstat(path).st_mtime < time.time() - 86400:
+                if stem not in kept and os.lstat(path).st_mtime < time.time() - _UNUSED_FOR:
                     os.unlink(path)
             except OSError:
                 pass
@@ -144,8 +157,8 @@ def changed_listings(before: dict[str, str], after: dict[str, str]
     """The listings, before and after, of the directories whose record changed between two
     snapshots' `dirs` (None: the listing is gone from the store, or not what was stored)."""
     changed = {rel for rel in {*before, *after} if before.get(rel) != after.get(rel)}
-    return ({rel: load(before[rel]) for rel in changed if rel in before},
-            {rel: load(after[rel]) for rel in changed if rel in after})
+    return ({rel: load(before[rel], logs=rel.startswith("logs/")) for rel in changed if rel in before},
+            {rel: load(after[rel], logs=rel.startswith("logs/")) for rel in changed if rel in after})
 
 
 def unchanged_listings(before: dict[str, str], after: dict[str, str], refs: set[str]) -> dict[str, Listing | None]:
@@ -153,12 +166,15 @@ def unchanged_listings(before: dict[str, str], after: dict[str, str], refs: set[
     of `refs`: a ref whose packed value changed while a loose file overrides it there, as
     git reads it, did not change."""
     rels = {ref.rsplit("/", 1)[0] for ref in refs}
-    return {rel: load(before[rel]) for rel in rels if rel in before and before[rel] == after.get(rel)}
+    return {rel: load(before[rel], logs=False) for rel in rels if rel in before and before[rel] == after.get(rel)}
 
 
-def load(record: str) -> Listing | None:
-    """The listing a `dirs` record names, where its bytes still have that digest."""
+def load(record: str, *, logs: bool) -> Listing | None:
+    """The listing a `dirs` record (or an index entry) names, where its bytes still have
+    that digest and hold what a listing of refs (`logs`: of reflogs) holds."""
     stem = record.rsplit(" ", 1)[-1]
+    if not _STEM.fullmatch(stem):
+        return None
     try:
         data = (store_dir() / f"{stem}.json").read_bytes()
     except OSError:
@@ -167,22 +183,37 @@ def load(record: str) -> Listing | None:
         return None
     try:
         raw = json.loads(data)
-        return Listing(list(raw["subdirs"]), dict(raw["entries"]), list(raw["locks"]))
+        listing = Listing(raw["subdirs"], raw["entries"], raw["locks"], raw["idents"], float(raw["taken_at"]))
     except (ValueError, KeyError, TypeError):
         return None
+    entry_ok = _is_entry if logs else (lambda value: isinstance(value, str))
+    if not (all(isinstance(x, str) for x in [*listing.subdirs, *listing.locks, *listing.idents.values()])
+            and all(map(entry_ok, listing.entries.values()))):
+        return None
+    return listing
+
+
+def _is_entry(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str) and isinstance(value[1], int)
+            and isinstance(value[2], str))
 
 
 def _put(repo: str, found: Listing) -> str:
     """Store a listing (named by its repository and digest); its file's name."""
-    data = json.dumps({"subdirs": found.subdirs, "entries": found.entries, "locks": found.locks},
-                      sort_keys=True).encode()
+    data = json.dumps(found._asdict(), sort_keys=True).encode()
     stem = f"{repo}-{sha256_hex(data)}"
-    path = store_dir() / f"{stem}.json"
-    if path.exists():
-        os.utime(path)  # in use again: not old
-    else:
-        _write_atomic(path, data)
+    if not _touch(stem):
+        _write_atomic(store_dir() / f"{stem}.json", data)
     return stem
+
+
+def _touch(stem: str) -> bool:
+    """Mark a stored listing as in use (pruning goes by that); False where it is not there."""
+    try:
+        os.utime(store_dir() / f"{stem}.json")
+        return True
+    except OSError:
+        return False
 
 
 def _identity(st: os.stat_result) -> str:
@@ -197,7 +228,9 @@ def _load_index(path: Path) -> dict[str, list[Any]]:
     if not isinstance(index, dict):
         return {}
     return {rel: v for rel, v in index.items()
-            if isinstance(v, list) and len(v) == 3 and isinstance(v[1], list) and isinstance(v[2], str)}
+            if isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], list)
+            and all(isinstance(name, str) and name and "/" not in name and name not in (".", "..") for name in v[1])
+            and isinstance(v[2], str) and _STEM.fullmatch(v[2])}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -16,12 +16,12 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Collection, Iterator, NamedTuple
+from typing import Any, Callable, Collection, Iterator, NamedTuple
 
 from ccm_guard import git
 from ccm_guard.detect import objects, refdirs
 from ccm_guard.digest import sha256_hex
-from ccm_guard.state.pins import Pins
+from ccm_guard.state.pins import BRANCH_PREFIX, Pins
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
 # Config files are kept whole up to this size, so that a padded file cannot push a
@@ -168,8 +168,6 @@ def _open_refs(pins: Pins) -> tuple[str, ...]:
     """The ref directories a sandboxed agent can write (prevent/roots.py): its branch's
     and every task's (refs/heads/ccm/, whose siblings are judged by their reflogs), with
     their reflogs' directories."""
-    from ccm_guard.worktree import BRANCH_PREFIX
-
     dirs = dict.fromkeys((pins.branch_ref.rsplit("/", 1)[0], "refs/heads/" + BRANCH_PREFIX.rstrip("/")))
     return (*dirs, *(f"logs/{d}" for d in dirs))
 
@@ -181,8 +179,8 @@ def with_listings(snap: Snapshot, listings: dict[str, refdirs.Listing | None]) -
         return snap
     refs, files = dict(snap.refs), dict(snap.files)
     for rel, listing in listings.items():
-        if listing is None:
-            files[f"common/{rel}/"] = Entry("o", 0, "unknown: its listing is gone from the state home")
+        if listing is None:  # the record in it: two different lost listings do not compare equal
+            files[f"common/{rel}/"] = Entry("o", 0, f"unknown: listing {snap.dirs.get(rel)} is gone from the state home")
         else:
             _put_back(rel, listing, refs, files)
     return dataclasses.replace(snap, refs=refs, files=files)
@@ -525,39 +523,49 @@ def _ref_value(entry: Entry, data: bytes | None) -> str | None:
     return None if entry.kind == "d" else f"other: {entry.digest}"
 
 
-def _ref_listing(rel: str, path: str) -> refdirs.Listing:
-    """A closed directory of refs read in full: its refs' values, locks and subdirectories."""
-    listing = refdirs.Listing([], {}, [])
+def _ref_listing(rel: str, path: str, previous: refdirs.Listing | None) -> refdirs.Listing:
+    """A closed directory of refs read from its files: its refs' values (one whose file is
+    as `previous` saw it keeps its value from there), locks and subdirectories."""
+    return _listing(rel, path, previous, key=lambda name: f"{rel}/{name}", value=_ref_of_file)
+
+
+def _reflog_listing(rel: str, path: str, previous: refdirs.Listing | None) -> refdirs.Listing:
+    """A closed directory of reflogs read from its files, each by its content and mode as
+    everywhere else (`git reflog expire` rewrites them all as new files with the same
+    lines), locks and subdirectories."""
+    return _listing(rel, path, previous, key=lambda name: f"common/{rel}/{name}",
+                    value=lambda path, st: (_entry_of(path, st, by_identity=False) or (None,))[0])
+
+
+def _listing(rel: str, path: str, previous: refdirs.Listing | None, *, key: Callable[[str], str],
+             value: Callable[[str, os.stat_result], Any]) -> refdirs.Listing:
+    listing = refdirs.Listing([], {}, [], {}, time.time())
     for name, dent_path, is_dir in _entries(path):
         if name.endswith(".lock"):
             listing.locks.append(f"common/{rel}/{name}")
-        elif is_dir:
-            listing.subdirs.append(name)
-        elif (found := _read_entry(dent_path)) is not None:
-            value = _ref_value(*found)
-            if value is not None:
-                listing.entries[f"{rel}/{name}"] = value
-    return listing
-
-
-def _reflog_listing(rel: str, path: str) -> refdirs.Listing:
-    """A closed directory of reflogs: each by its kind and inode (git appends to a reflog in
-    place; no one in the sandbox can write here), locks and subdirectories."""
-    listing = refdirs.Listing([], {}, [])
-    for name, dent_path, is_dir in _entries(path):
-        key = f"common/{rel}/{name}"
-        if name.endswith(".lock"):
-            listing.locks.append(key)
             continue
+        if is_dir:
+            listing.subdirs.append(name)
         try:
             st = os.lstat(dent_path)
         except OSError:
             continue
-        kind = "d" if is_dir else "f" if stat.S_ISREG(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "o"
-        listing.entries[key] = [kind, 0, "" if is_dir else f"ino:{st.st_ino}:{stat.S_IFMT(st.st_mode)}"]
-        if is_dir:
-            listing.subdirs.append(name)
+        ident = identity(st)
+        found = previous.reusable(key(name), ident) if previous is not None else None
+        if found is None:
+            found = value(dent_path, st)
+        if found is not None:
+            listing.entries[key(name)] = list(found) if isinstance(found, Entry) else found
+            listing.idents[key(name)] = ident
     return listing
+
+
+def _ref_of_file(path: str, st: os.stat_result) -> str | None:
+    found = _entry_of(path, st, by_identity=True)  # no hash: a ref's bytes are read below
+    if found is None:
+        return None
+    entry = found[0]
+    return _ref_value(entry, read_nofollow(path) if entry.kind == "f" else None)
 
 
 def _entries(path: str) -> Iterator[tuple[str, str, bool]]:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from ccm_guard import git, worktree
+from ccm_guard import git
 from ccm_guard.errors import StateError
 from ccm_guard.gc.keep import (
     Work,
@@ -23,11 +23,11 @@ from ccm_guard.gc.keep import (
     worktree_head,
 )
 from ccm_guard.gc.linked import AdminEntry, trusted
-from ccm_guard.state.pins import ARCHIVE_PREFIX
+from ccm_guard.state.pins import ARCHIVE_PREFIX, BRANCH_PREFIX
 from ccm_guard.state.registry import TRANSITIONS, Task
 
 GONE = ("DISCARDED", "CLEANED_UP")  # statuses whose worktree and branch are meant to be gone
-TASK_BRANCHES = "refs/heads/" + worktree.BRANCH_PREFIX
+TASK_BRANCHES = "refs/heads/" + BRANCH_PREFIX
 
 
 @dataclasses.dataclass

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 # ccm-guard's own refs in the repository: a task's archived work, and its snapshots.
+BRANCH_PREFIX = "ccm/"  # every task's branch is refs/heads/ccm/<task>
 ARCHIVE_PREFIX = "refs/ccm-guard/archive/"
 SNAPSHOT_PREFIX = "refs/ccm-guard/snapshots/"
 

@@ -28,7 +28,7 @@ from ccm_guard.state.home import (
     repo_key,
     require_space,
 )
-from ccm_guard.state.pins import ARCHIVE_PREFIX, Pins
+from ccm_guard.state.pins import ARCHIVE_PREFIX, BRANCH_PREFIX, Pins
 from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
 from ccm_guard.worktree.sparse import sparse_cone
 
@@ -38,7 +38,6 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "ccm-guard",
     "GIT_COMMITTER_EMAIL": "ccm-guard@localhost",
 }
-BRANCH_PREFIX = "ccm/"
 
 
 class Plan(NamedTuple):

@@ -89,3 +89,24 @@ def test_a_branch_rewritten_in_place_from_outside_the_sandbox_is_the_limitation(
     code, out = results["git"]
     assert code != 0 and "refs/heads/bench/r0011 moved" in out, out
     assert "refs/heads/bench/r0010 moved" in out, out
+
+
+@needs_landlock
+def test_a_sandboxed_agents_chmod_in_a_closed_directory(tmp_path: Path) -> None:
+    """Landlock governs writes, not chmod. In a directory listed in the snapshot itself (one
+    of fewer than 64 entries, as in most repositories) a mode the agent changed on a reflog
+    is named, as before; in one kept by identity it is not (the limitation: a chmod changes
+    no directory's identity). Either way no ref moves and nothing runs; the person's next
+    update of that ref fails with git's own message naming the file."""
+    repo = _repo_with_many_branches(tmp_path)
+    agent = write_agent(tmp_path, f"""{COMMIT}
+common=$(rgit rev-parse --git-common-dir)
+chmod 444 "$common/logs/refs/heads/bench/r0001" "$common/logs/refs/heads/main"
+""")
+    res = run_exec(repo, agent)
+    assert _kept(tmp_path)
+    common = repo / ".git"
+    assert (common / "logs/refs/heads/main").stat().st_mode & 0o777 == 0o444  # it happened
+    assert (common / "logs/refs/heads/bench/r0001").stat().st_mode & 0o777 == 0o444
+    assert res.code != 0 and "logs/refs/heads/main" in res.stdout, res.stdout
+    assert "bench/r0001" not in res.stdout  # the limitation

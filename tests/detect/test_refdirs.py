@@ -15,6 +15,7 @@ from conftest import git, make_repo, spawn_exec, write_agent
 from ccm_guard.detect import refdirs
 from ccm_guard.detect.delta import compare
 from ccm_guard.detect.snapshot import take
+from ccm_guard.digest import sha256_hex
 from ccm_guard.prevent import sandbox
 from ccm_guard.state.pins import Pins
 
@@ -23,7 +24,8 @@ MANY = refdirs.SMALL + 36
 
 def _branches(repo: Path, count: int, prefix: str = "bench") -> None:
     lines = "".join(f"create refs/heads/{prefix}/r{i:04d} HEAD\n" for i in range(count))
-    subprocess.run(["git", "-c", "core.logAllRefUpdates=true", "update-ref", "--stdin"], cwd=repo, input=lines,
+    subprocess.run(["git", "-c", "core.logAllRefUpdates=true", "update-ref", "-m", "branch: Created from HEAD", "--stdin"],
+                   cwd=repo, input=lines,
                    text=True, check=True)
 
 
@@ -70,7 +72,8 @@ def test_a_change_in_a_closed_directory_is_told_ref_by_ref(task: tuple[Path, Pin
     assert bench == [("refs/heads/bench/new", None, other), ("refs/heads/bench/r0003", head, other),
                      ("refs/heads/bench/r0004", head, None)]
     reflogs = {(c.key, c.change) for c in delta.files if c.key.startswith("common/logs/refs/heads/bench/")}
-    assert reflogs == {("common/logs/refs/heads/bench/new", "added"), ("common/logs/refs/heads/bench/r0004", "removed")}
+    assert reflogs == {("common/logs/refs/heads/bench/new", "added"), ("common/logs/refs/heads/bench/r0003", "modified"),
+                       ("common/logs/refs/heads/bench/r0004", "removed")}
 
 
 def test_a_listing_gone_from_the_store_shows_as_a_change_not_as_nothing(task: tuple[Path, Pins]) -> None:
@@ -138,8 +141,10 @@ def test_a_sandboxed_run_names_a_ref_moved_in_a_closed_directory_meanwhile(tmp_p
 
 def test_bad_records_in_the_index_are_ignored(tmp_path: Path) -> None:
     index = tmp_path / "index.json"
-    index.write_text('{"refs": ["1:2:3", "not a list", "x"], "refs/x": [1, [], "y"], "refs/y": "z"}')
-    assert refdirs._load_index(index) == {"refs/x": [1, [], "y"]}
+    stem = "0" * 16 + "-" + "a" * 64
+    index.write_text(json.dumps({"refs": ["1:2:3", "not a list", "x"], "refs/x": ["1", [], stem], "refs/y": "z",
+                                 "refs/z": ["1", ["../up"], stem], "refs/w": ["1", [], "../../evil"]}))
+    assert refdirs._load_index(index) == {"refs/x": ["1", [], stem]}
     index.write_text("[")
     assert refdirs._load_index(index) == {}
     assert os.path.exists(index)
@@ -161,3 +166,72 @@ def test_a_packed_value_under_a_loose_one_in_a_closed_directory_is_no_change(tas
     after = take(pins, previous=before)
     assert after.dirs["refs/heads/bench"] == before.dirs["refs/heads/bench"]
     assert compare(before, after, pins, pins.common_dir).refs == []
+
+
+def test_reflogs_rewritten_with_the_same_lines_are_no_change(task: tuple[Path, Pins]) -> None:
+    """`git reflog expire` (which gc runs) rewrites every reflog as a new file with the same
+    lines: in a closed directory as anywhere, that changed nothing."""
+    repo, pins = task
+    git(repo, "branch", "side")
+    time.sleep(0.05)
+    before = take(pins, sandboxed=True)
+    git(repo, "reflog", "expire", "--all", "--expire=never", "--expire-unreachable=never")
+    assert take(pins, sandboxed=True).dirs["logs/refs/heads/bench"] != before.dirs["logs/refs/heads/bench"]  # new files
+    after = take(pins, previous=before)
+    assert [c for c in compare(before, after, pins, pins.common_dir).files if "logs/refs/" in c.key] == []
+
+
+def test_a_mode_changed_in_a_small_closed_directory_is_seen(task: tuple[Path, Pins]) -> None:
+    """Landlock does not govern chmod: a directory listed in the snapshot itself records
+    each file's mode, as it did before directories were kept by identity."""
+    repo, pins = task
+    before = take(pins, sandboxed=True)
+    (pins.common_dir / "logs/refs/heads/main").chmod(0o444)
+    after = take(pins, previous=before)
+    changed = {(c.key, c.change) for c in compare(before, after, pins, pins.common_dir).files}
+    assert ("common/logs/refs/heads/main", "modified") in changed
+
+
+def test_a_listing_in_use_is_not_pruned(task: tuple[Path, Pins]) -> None:
+    """A listing made long ago that a run's baseline uses survives that run's own after
+    snapshot replacing it in the index: use marks it."""
+    repo, pins = task
+    take(pins, sandboxed=True)  # stores the listings
+    old = time.time() - 30 * 86400
+    for listing in refdirs.store_dir().glob("*-*.json"):
+        os.utime(listing, (old, old))
+    before = take(pins, sandboxed=True)
+    git(repo, "update-ref", "-d", "refs/heads/bench/r0004")
+    after = take(pins, previous=before)
+    delta = compare(before, after, pins, pins.common_dir)
+    assert [rc.ref for rc in delta.refs if rc.ref.startswith("refs/heads/bench/")] == ["refs/heads/bench/r0004"]
+    assert not any(c.key.endswith("/") for c in delta.files)
+
+
+def test_a_forged_index_cannot_hide_the_open_directory(task: tuple[Path, Pins]) -> None:
+    """The store's index says which subdirectories a closed directory has; the agent's own
+    ref directory is walked by its name whatever the index says."""
+    repo, pins = task
+    git(repo, "branch", "ccm/other")
+    before = take(pins, sandboxed=True)
+    index = next(p for p in refdirs.store_dir().glob("*.json") if "-" not in p.name)
+    records = json.loads(index.read_text())
+    st = os.lstat(pins.common_dir / "refs/heads")
+    for listing in refdirs.store_dir().glob("*-*.json"):
+        records["refs/heads"] = [refdirs._identity(st), ["bench"], listing.stem]  # hides ccm/
+        break
+    index.write_text(json.dumps(records))
+    git(repo, "update-ref", "refs/heads/ccm/other", git(repo, "commit-tree", "-m", "x", "HEAD^{tree}"))
+    after = take(pins, previous=before)
+    assert "refs/heads/ccm/other" in [rc.ref for rc in compare(before, after, pins, pins.common_dir).refs]
+
+
+def test_a_listing_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    refdirs.store_dir().mkdir(parents=True)
+    data = json.dumps({"subdirs": [], "entries": {"common/logs/x": "not an entry"}, "locks": [], "idents": {},
+                       "taken_at": 0}).encode()
+    stem = "0" * 16 + "-" + sha256_hex(data)
+    (refdirs.store_dir() / f"{stem}.json").write_bytes(data)
+    assert refdirs.load(f"1:2:3 {stem}", logs=True) is None
+    assert refdirs.load(f"1:2:3 {stem}", logs=False) is not None
+    assert refdirs.load("1:2:3 ../../x", logs=False) is None

@@ -6,7 +6,9 @@ checkout (main-checkout). Registered, with the others, in gates.GATES.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable, Collection
 
 from ccm_guard import git
 from ccm_guard.detect.context import (
@@ -262,8 +264,7 @@ def _locks_left(ctx: Context) -> list[Finding]:
            if not ctx.ignored_worktree(key)}
     if not new:
         return []
-    held = held_open(set(new))
-    times = {path: st.st_ctime for path in new if path not in held and (st := _lstat(path)) is not None}
+    times = _unheld(new, held_open)
     if not times:
         return []
     left = tuple(sorted(display(new[path]) for path in times))
@@ -275,6 +276,25 @@ def _locks_left(ctx: Context) -> list[Finding]:
     return [Finding("git-metadata", f"{len(left)} lock file(s) left in the shared git metadata that no git "
                     "process holds: your next git command that needs the lock fails (remove them once "
                     "no git is running)", left)]
+
+
+def _unheld(locks: Collection[str], held_open: Callable[[set[str]], set[str]]) -> dict[str, float]:
+    """The lock files (path -> change time) that are there and that no process holds open,
+    once they have had a moment to go: git closes a ref's lock before it renames it into
+    place, and another task's commit (in a busy machine) can be caught between the two."""
+    found: dict[str, float] = {}
+    for attempt in range(_LOCK_GRACE_TRIES):
+        if attempt:
+            time.sleep(_LOCK_GRACE_STEP)
+        held = held_open(set(locks))
+        found = {path: st.st_ctime for path in locks if path not in held and (st := _lstat(path)) is not None}
+        if not found:
+            break
+        locks = list(found)
+    return found
+
+
+_LOCK_GRACE_TRIES, _LOCK_GRACE_STEP = 6, 0.1
 
 
 def _lstat(path: str) -> os.stat_result | None:
