@@ -272,7 +272,8 @@ class KeptIndex(NamedTuple):
 
 def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, ignored: bool,
                                   head: str | None = None,
-                                  absent_by_design: Callable[[str], bool] | None = None) -> list[StatusEntry]:
+                                  absent_by_design: Callable[[str], bool] | None = None,
+                                  index_untouched: bool = False) -> list[StatusEntry]:
     """`status` of the work tree against HEAD, where the index the agent wrote decides nothing
     about which files git reads: git skips a file whose stat data matches its index entry,
     and an agent can write an entry that pairs HEAD's blob with its edited file's stat data.
@@ -284,7 +285,9 @@ def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, igno
     one (or where the merge fails) the private index is HEAD's tree without stat data:
     every file is read. What the agent's index stages on top of HEAD is listed as well.
     `head`: the task branch's tip, where known. `absent_by_design`: the paths a sparse
-    task does not check out (their absence is no deletion)."""
+    task does not check out (their absence is no deletion). `index_untouched`: the agent's
+    index holds the same bytes as when `trusted` was copied from it; a pristine one at
+    `head` then stages nothing (no git process asks)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ccm-guard-index-") as tmp:
@@ -294,6 +297,8 @@ def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, igno
     if absent_by_design is not None:
         entries = [e for e in entries if not (e.code == ".D" and absent_by_design(e.path))]
     listed = {e.path for e in entries}
+    if index_untouched and trusted is not None and trusted.pristine and head == trusted.at:
+        return entries
     for change in staged_changes(repo):
         if change.path not in listed:
             entries.append(change)

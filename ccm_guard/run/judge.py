@@ -140,9 +140,11 @@ def judge(
         ctx.main_repo = main
         cone = task.option("sparse")
         absent = (lambda path: not in_cone(path, cone)) if cone else None
-        ctx.task_status = Later(lambda: git.status_without_trusting_index(repo, index_before, ignored=True,
-                                                                          head=ctx.head, absent_by_design=absent))
-        if main_before is not None:  # None: the sandbox walled the person's checkout off (run/exec.py)
+        index = f"common/worktrees/{pins.admin_name}/index"
+        untouched = index in before.files and before.files.get(index) == after.files.get(index)
+        ctx.task_status = Later(lambda: git.status_without_trusting_index(
+            repo, index_before, ignored=True, head=ctx.head, absent_by_design=absent, index_untouched=untouched))
+        if main_before is not None:  # None: a baseline that did not read it
             main_status = Later(lambda: main_files(main))
             try:
                 ctx.main_files_after = main_status.result()

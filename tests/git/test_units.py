@@ -688,3 +688,29 @@ def test_a_sha256_repositorys_packs_verify(tmp_path: Path) -> None:
     assert git.verify_pack(idx, "sha256")
     assert not git.verify_pack(idx)  # as it was asked before
     assert configfile.object_format(tmp_path) == "sha1"  # no config: git's default
+
+
+def test_an_untouched_pristine_index_stages_nothing_without_asking(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the agent's index holds the bytes ccm-guard checked out at HEAD, and HEAD has
+    not moved, nothing is staged: no `diff-index --cached` runs. Where it was touched, what
+    it stages is listed."""
+    from ccm_guard.git import checkout
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"a.txt": "one\n"})
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=True))
+    r = git.Repo(repo / ".git", repo / ".git", repo)
+    asked = []
+    real = checkout.staged_changes
+    monkeypatch.setattr(checkout, "staged_changes", lambda repo: asked.append(1) or real(repo))
+    assert git.status_without_trusting_index(r, copy, ignored=True, head=base, index_untouched=True) == []
+    assert asked == []
+    (repo / "b.txt").write_text("staged\n")
+    gitcmd(repo, "add", "b.txt")
+    (repo / "b.txt").unlink()
+    found = git.status_without_trusting_index(r, copy, ignored=True, head=base, index_untouched=False)
+    assert asked == [1] and ("b.txt", "A.") in [(e.path, e.code) for e in found]
