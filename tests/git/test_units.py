@@ -704,9 +704,14 @@ def test_an_untouched_pristine_index_stages_nothing_without_asking(tmp_path: Pat
     logs.mkdir()
     copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=True))
     r = git.Repo(repo / ".git", repo / ".git", repo)
-    asked = []
+    asked: list[int] = []
     real = checkout.staged_changes
-    monkeypatch.setattr(checkout, "staged_changes", lambda repo: asked.append(1) or real(repo))
+
+    def counted(repo: git.Repo) -> list[git.StatusEntry]:
+        asked.append(1)
+        return real(repo)
+
+    monkeypatch.setattr(checkout, "staged_changes", counted)
     assert git.status_without_trusting_index(r, copy, ignored=True, head=base, index_untouched=True) == []
     assert asked == []
     (repo / "b.txt").write_text("staged\n")
