@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ccm_guard.detect import objects, refdirs
-from ccm_guard.detect.snapshot import Snapshot, with_listings
+from ccm_guard.detect.snapshot import Snapshot, reflogs_by_presence, with_listings
 from ccm_guard.state.pins import Pins
 
 
@@ -73,6 +73,10 @@ def compare(before: Snapshot, after: Snapshot, pins: Pins, main_git_dir: Path) -
     # Closed ref directories kept by identity: only those whose record changed are put back.
     listed_before, listed_after = refdirs.changed_listings(before.dirs, after.dirs)
     before, after = with_listings(before, listed_before), with_listings(after, listed_after)
+    # A kept directory of reflogs holds their contents as of when it was listed, and git
+    # appends to a reflog in place: there, reflogs are compared by presence, kind and mode.
+    stale = {rel for rel in {*listed_before, *listed_after} if rel.startswith("logs/")}
+    before, after = reflogs_by_presence(before, stale), reflogs_by_presence(after, stale)
     differ = {ref for ref in {*before.refs, *after.refs} if before.refs.get(ref) != after.refs.get(ref)}
     if shadowing := refdirs.unchanged_listings(before.dirs, after.dirs, differ):
         before, after = with_listings(before, shadowing), with_listings(after, shadowing)

@@ -186,6 +186,9 @@ def load(record: str, *, logs: bool) -> Listing | None:
         listing = Listing(raw["subdirs"], raw["entries"], raw["locks"], raw["idents"], float(raw["taken_at"]))
     except (ValueError, KeyError, TypeError):
         return None
+    if not (isinstance(listing.subdirs, list) and isinstance(listing.locks, list)
+            and isinstance(listing.entries, dict) and isinstance(listing.idents, dict)):
+        return None
     entry_ok = _is_entry if logs else (lambda value: isinstance(value, str))
     if not (all(isinstance(x, str) for x in [*listing.subdirs, *listing.locks, *listing.idents.values()])
             and all(map(entry_ok, listing.entries.values()))):

@@ -186,6 +186,17 @@ def with_listings(snap: Snapshot, listings: dict[str, refdirs.Listing | None]) -
     return dataclasses.replace(snap, refs=refs, files=files)
 
 
+def reflogs_by_presence(snap: Snapshot, rels: Collection[str]) -> Snapshot:
+    """`snap` with the reflogs directly in the directories `rels` recorded without their
+    contents (kind and mode only)."""
+    if not rels:
+        return snap
+    parents = {f"common/{rel}" for rel in rels}
+    files = {key: entry._replace(digest="") if entry.kind == "f" and key.rsplit("/", 1)[0] in parents else entry
+             for key, entry in snap.files.items()}
+    return dataclasses.replace(snap, files=files)
+
+
 def _put_back(rel: str, listing: refdirs.Listing, refs: dict[str, str], files: dict[str, Entry]) -> None:
     """A closed directory's entries, from its listing, into a snapshot's `refs` (a directory
     of refs) or `files` (one of reflogs)."""

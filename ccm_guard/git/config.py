@@ -173,10 +173,14 @@ def _identity_in_files(directory: Path) -> dict[str, str] | None:
     not written plainly, or an include (whose conditions git evaluates)."""
     common = directory / ".git"
     try:
-        if not os.path.isdir(common) or os.stat(common).st_uid != os.getuid():
+        if not os.path.isdir(common) or {os.stat(common).st_uid, os.stat(directory).st_uid} != {os.getuid()}:
             return None  # a linked worktree; one git would not trust (safe.directory)
     except OSError:
         return None
+    if not os.environ.get("HOME") or any(
+            name in os.environ and not os.path.isabs(os.environ[name])
+            for name in ("GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL", "XDG_CONFIG_HOME")):
+        return None  # empty or relative: git's rules for those are not copied here
     files: list[Path] = []
     nosystem = _BOOLEANS.get(os.environ.get("GIT_CONFIG_NOSYSTEM", "0").lower() or "0")
     if nosystem is None:
@@ -185,7 +189,7 @@ def _identity_in_files(directory: Path) -> dict[str, str] | None:
         system = os.environ.get("GIT_CONFIG_SYSTEM")
         if system is None and os.path.realpath(binary()) != "/usr/bin/git":
             return None  # its system config is where it was built to look
-        files.append(Path(system or "/etc/gitconfig"))
+        files.append(Path(system if system is not None else "/etc/gitconfig"))
     chosen = os.environ.get("GIT_CONFIG_GLOBAL")
     files += [Path(chosen)] if chosen is not None else global_config_files()
     files += [common / "config", common / "config.worktree"]
@@ -193,12 +197,13 @@ def _identity_in_files(directory: Path) -> dict[str, str] | None:
     local: dict[str, str] = {}
     for path in files:
         if path.name == "config.worktree":
-            # Git honours extensions.* only in a repository of format version 1.
-            version = local.get("core.repositoryformatversion", "0")
+            # Git reads extensions.worktreeConfig where the repository states its format
+            # version (0 or 1), not where it states none.
+            version = local.get("core.repositoryformatversion")
             enabled = local.get("extensions.worktreeconfig", "false").lower()
-            if version not in ("0", "1") or enabled not in _BOOLEANS:
+            if version not in (None, "0", "1") or enabled not in _BOOLEANS:
                 return None  # spelled in a way git reads by rules not copied here
-            if version == "0" or not _BOOLEANS[enabled]:
+            if version is None or not _BOOLEANS[enabled]:
                 continue
         try:
             data = path.read_bytes() if path != Path("/dev/null") else b""

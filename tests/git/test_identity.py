@@ -24,6 +24,9 @@ CASES = {
     "worktree config in a version 1 repository": (
         {"config": "[core]\n\trepositoryformatversion = 1\n[extensions]\n\tworktreeConfig = true\n[user]\n\tname = R\n",
          "config.worktree": "[user]\n\tname = W\n"}, {}),
+    "worktree config in a version 0 repository": (
+        {"config": "[core]\n\trepositoryformatversion = 0\n[extensions]\n\tworktreeConfig = true\n[user]\n\tname = R\n",
+         "config.worktree": "[user]\n\tname = W\n"}, {}),
     "worktree config when not": ({"config": "[user]\n\tname = R\n", "config.worktree": "[user]\n\tname = W\n"}, {}),
     "GIT_CONFIG_GLOBAL elsewhere": ({"~/other": "[user]\n\tname = Other\n", "~/.gitconfig": "[user]\n\tname = No\n"},
                                     {"GIT_CONFIG_GLOBAL": "~/other"}),
@@ -82,3 +85,16 @@ def test_the_system_config_is_read_where_git_reads_it(tmp_path: Path, monkeypatc
     (Path.home() / ".gitconfig").write_text("[user]\n\temail = ada@example.com\n")
     assert config._identity_in_files(repo) == config._identity_by_git(repo) == {
         "name": "System", "email": "ada@example.com"}
+
+
+@pytest.mark.parametrize("variable", ["GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL", "XDG_CONFIG_HOME", "HOME"])
+@pytest.mark.parametrize("value", ["", "relative"])
+def test_an_empty_or_relative_location_is_left_to_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       variable: str, value: str) -> None:
+    repo = make_repo(tmp_path / "repo")
+    monkeypatch.setenv(variable, value)
+    if variable == "HOME" and value:
+        monkeypatch.setenv(variable, str(tmp_path))  # a HOME that is set is fine
+        assert config._identity_in_files(repo) is not None
+        return
+    assert config._identity_in_files(repo) is None
