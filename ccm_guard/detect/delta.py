@@ -30,6 +30,8 @@ class Owner(enum.Enum):
 
 # Files every git operation in a worktree may rewrite.
 _EVERYDAY = {"index", "logs/HEAD", "COMMIT_EDITMSG", "ORIG_HEAD", "AUTO_MERGE", "FETCH_HEAD"}
+# The shared half of a split index (core.splitIndex), which git writes beside the index.
+_SHARED_INDEX = re.compile(r"^sharedindex\.[0-9a-f]{40}([0-9a-f]{24})?$")
 # The worktree's own stash (under the sandbox `git stash` keeps it there, not on the shared
 # refs/stash: prevent/stash.py); what it holds is reported by the clean-tree gate.
 _OWN_STASH = {"refs", "refs/worktree", "refs/worktree/stash"}
@@ -101,6 +103,10 @@ def _prefix_of(git_dir: Path, common: Path) -> str:
     return f"common/{git_dir.relative_to(common).as_posix()}/"
 
 
+def _everyday(sub: str) -> bool:
+    return sub in _EVERYDAY or _SHARED_INDEX.match(sub) is not None
+
+
 def classify(key: str, change: str, pins: Pins, main_prefix: str) -> Owner:
     if not key.startswith("common/"):
         return Owner.CONTROL  # the .git pointer file, include targets
@@ -110,17 +116,17 @@ def classify(key: str, change: str, pins: Pins, main_prefix: str) -> Owner:
     own = f"worktrees/{pins.admin_name}/"
     if rel.startswith(own):
         sub = rel[len(own):]
-        if sub in _EVERYDAY or sub in _OWN_STASH or sub.startswith("logs/") or sub == "HEAD":
+        if _everyday(sub) or sub in _OWN_STASH or sub.startswith("logs/") or sub == "HEAD":
             return Owner.OWN  # HEAD itself is judged by head checks, not here
         return Owner.IN_PROGRESS if _IN_PROGRESS.match(sub) else Owner.CONTROL
     if key.startswith(main_prefix):
         sub = key[len(main_prefix):]
-        if sub in _EVERYDAY or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub in ("gc.pid", "gc.log"):
+        if _everyday(sub) or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub in ("gc.pid", "gc.log"):
             return Owner.MAIN
     if rel.startswith("worktrees/"):
         parts = rel.split("/", 2)
         sub = parts[2] if len(parts) > 2 else ""
-        if sub in _EVERYDAY or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub.startswith("logs/"):
+        if _everyday(sub) or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub.startswith("logs/"):
             return Owner.OTHER_WORKTREE
         return Owner.CONTROL
     if rel.startswith("logs/refs/"):

@@ -234,7 +234,10 @@ def _config_env(*pairs: tuple[str, str]) -> dict[str, str]:
     return env
 
 
-_PRIVATE_INDEX_CONFIG = _config_env(("core.sparseCheckout", "false"), ("index.sparse", "false"))
+# A private index is whole: a split one would link to a shared index in the git dir,
+# which the agent can write (core.splitIndex).
+_PRIVATE_INDEX_CONFIG = _config_env(("core.sparseCheckout", "false"), ("index.sparse", "false"),
+                                    ("core.splitIndex", "false"))
 
 
 def checkout_with_index(repo: Repo, index: Path, rev: str) -> None:
@@ -258,7 +261,15 @@ def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
 # Stat data decides which files git reads: no config may loosen how it is compared. (A
 # sparse task's own settings stay: its skipped files are absent, not deleted, and one
 # written outside the cone is seen as git sees it in the task.)
-_STAT_CHECKED = _config_env(("core.trustCtime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"))
+_STAT_CHECKED = _config_env(("core.trustCtime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"),
+                            ("core.splitIndex", "false"))
+
+
+def unsplit_index(repo: Repo, index: Path) -> None:
+    """Rewrite the index file `index` whole, where it links to a shared index in the git
+    dir (core.splitIndex): a copy that must mean the same later cannot depend on a file
+    the agent can rewrite."""
+    run(["update-index", "--no-split-index"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
 
 
 class KeptIndex(NamedTuple):

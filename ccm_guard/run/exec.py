@@ -25,7 +25,7 @@ from ccm_guard.detect.snapshot import (
 )
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.digest import sha256_hex
-from ccm_guard.errors import GuardError, NotARepository, StateError
+from ccm_guard.errors import GitError, GuardError, NotARepository, StateError
 from ccm_guard.git import layout
 from ccm_guard.later import Later
 from ccm_guard.policy import Role
@@ -127,8 +127,12 @@ def keep_index(pins: Pins, log_dir: Path, *, at: str, pristine: bool) -> dict[st
     copy = log_dir / "index.before"
     try:
         shutil.copy2(pins.admin_dir / "index", copy)
+        if any(pins.admin_dir.glob("sharedindex.*")):  # split: made whole, keeping its mtime
+            kept = os.lstat(copy)
+            git.unsplit_index(git.Repo(pins.admin_dir, pins.common_dir, pins.worktree), copy)
+            os.utime(copy, ns=(kept.st_atime_ns, kept.st_mtime_ns))
         st = os.lstat(copy)
-    except OSError:
+    except (OSError, GitError):
         return None
     return {"path": str(copy), "at": at, "pristine": pristine, "identity": identity(st)}
 

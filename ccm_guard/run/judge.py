@@ -141,7 +141,8 @@ def judge(
         cone = task.option("sparse")
         absent = (lambda path: not in_cone(path, cone)) if cone else None
         index = f"common/worktrees/{pins.admin_name}/index"
-        untouched = index in before.files and before.files.get(index) == after.files.get(index)
+        split = any(key.startswith(f"common/worktrees/{pins.admin_name}/sharedindex.") for key in after.files)
+        untouched = not split and index in before.files and before.files.get(index) == after.files.get(index)
         ctx.task_status = Later(lambda: git.status_without_trusting_index(
             repo, index_before, ignored=True, head=ctx.head, absent_by_design=absent, index_untouched=untouched))
         if main_before is not None:  # None: a baseline that did not read it

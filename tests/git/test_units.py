@@ -719,3 +719,25 @@ def test_an_untouched_pristine_index_stages_nothing_without_asking(tmp_path: Pat
     (repo / "b.txt").unlink()
     found = git.status_without_trusting_index(r, copy, ignored=True, head=base, index_untouched=False)
     assert asked == [1] and ("b.txt", "A.") in [(e.path, e.code) for e in found]
+
+
+def test_the_kept_index_of_a_split_index_repository_is_whole(tmp_path: Path) -> None:
+    """With core.splitIndex the index links to a shared index in the git dir, which the
+    agent can rewrite: ccm-guard's copy is made whole, so it means the same without it."""
+    from ccm_guard.run.exec import keep_index, kept_index
+
+    repo = make_repo(tmp_path / "r", {"a.txt": "one\n", "b.txt": "two\n"})
+    gitcmd(repo, "config", "core.splitIndex", "true")
+    gitcmd(repo, "update-index", "--split-index")
+    assert list((repo / ".git").glob("sharedindex.*"))
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    before = os.lstat(repo / ".git" / "index").st_mtime_ns
+    copy = kept_index(keep_index(Pins(repo, repo / ".git", repo / ".git", "main"), logs, at=base, pristine=True))
+    assert copy is not None and os.lstat(copy.path).st_mtime_ns == before  # git's racy check still works
+    for shared in (repo / ".git").glob("sharedindex.*"):
+        shared.unlink()
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=repo, capture_output=True, text=True,
+                            env={**os.environ, "GIT_INDEX_FILE": str(copy.path)})
+    assert listed.returncode == 0 and "a.txt" in listed.stdout and "b.txt" in listed.stdout, listed.stderr

@@ -353,3 +353,16 @@ main(["exec", "--json", "--", {str(agent)!r}], prog_name="ccm-guard")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "pass"
     assert json.loads(seen.read_text()) == []
+
+
+def test_a_split_index_repository_runs_clean(repo: Path, tmp_path: Path) -> None:
+    """core.splitIndex: git writes the index's shared half (sharedindex.<id>) beside it,
+    in the task's admin dir as in the person's git dir; that is the index, not a planted
+    file (it failed git-metadata)."""
+    git(repo, "config", "core.splitIndex", "true")
+    git(repo, "update-index", "--split-index")
+    agent = write_agent(tmp_path, COMMIT.replace("$1", "split"))
+    res = run_exec(repo, agent)
+    assert res.code == 0, res.stdout + res.stderr
+    assert list((repo / ".git" / "worktrees").glob("*/sharedindex.*")), "git wrote no shared index for the task"
+    assert res.status("git-metadata") == "pass" and res.status("clean-tree") == "pass"
