@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -430,7 +431,30 @@ def read_nofollow(path: Path | str) -> bytes | None:
         os.close(fd)
 
 
+# A packed-refs record and a peeled line, as git writes them.
+_PACKED_RECORD = re.compile(r"^([0-9a-f]{40}(?:[0-9a-f]{24})?) (refs/[^\n]*)$", re.M)
+_PACKED_PEELED = re.compile(r"^\^[0-9a-f]{40}(?:[0-9a-f]{24})?$", re.M)
+
+
 def _packed_refs(data: bytes) -> dict[str, str]:
+    """The records of `packed-refs`: a file as git writes it in a few C-speed passes (20k
+    tags cost ~20 ms a snapshot line by line), anything else by the strict reading."""
+    text = data.decode("utf-8", "surrogateescape")  # byte order is kept: surrogates stand for the bytes
+    body = text[text.find("\n") + 1:] if text.startswith("# pack-refs with:") and "\n" in text else text
+    if body.startswith(("^", "# pack-refs with:")):
+        return _packed_refs_strictly(data)
+    records = _PACKED_RECORD.findall(body)
+    lines = body.count("\n") + (1 if body and not body.endswith("\n") else 0)
+    if len(records) + len(_PACKED_PEELED.findall(body)) != lines:
+        return _packed_refs_strictly(data)  # a line that is neither: reported as such
+    # In git's order, bytes (past ASCII, text order is not byte order for every escape).
+    names = [name if body.isascii() else name.encode("utf-8", "surrogateescape") for _, name in records]
+    if any(later <= earlier for earlier, later in zip(names, names[1:])):
+        return _packed_refs_strictly(data)  # out of order or twice: reported as such
+    return {name: sha for sha, name in records}
+
+
+def _packed_refs_strictly(data: bytes) -> dict[str, str]:
     """The records of `packed-refs`, read strictly. Git writes it sorted, one record per
     ref, and reads it by binary search: a duplicated or out-of-order record makes git see
     one value where a plain parse sees another, so such a file is reported as a value
@@ -499,7 +523,7 @@ def read_refs(common: Path, locks: list[str] | None = None, *, reuse: _Reuse | N
     Lock files found among them are added to `locks` ("common/refs/<rel>"). With `reuse`,
     a loose ref whose file did not change since the earlier snapshot keeps its value.
     With `closed`, the directories closed to the agent are kept by identity where they can be."""
-    refs = _packed_refs(read_nofollow(common / "packed-refs") or b"")
+    refs = _packed(common / "packed-refs", reuse)
     found_locks: list[str] = []
     for top, found in closed.walk("refs", _ref_listing) if closed is not None else [("refs", None)]:
         if found is not None:
@@ -521,6 +545,27 @@ def read_refs(common: Path, locks: list[str] | None = None, *, reuse: _Reuse | N
                 refs[rel] = value
     if locks is not None:
         locks += found_locks
+    return refs
+
+
+_PACKED_SEEN: dict[str, tuple[str, dict[str, str]]] = {}  # path -> (identity, records) this process read
+
+
+def _packed(path: Path, reuse: _Reuse | None) -> dict[str, str]:
+    """packed-refs' records; with `reuse`, those this process read the last time where the
+    file is as the earlier snapshot saw it (20k tags are parsed once per run, not twice)."""
+    try:
+        ident = identity(os.lstat(path))
+    except OSError:
+        ident = None
+    seen = _PACKED_SEEN.get(str(path))
+    if reuse is not None and ident is not None and seen is not None and seen[0] == ident \
+            and reuse.unchanged("packed-refs", ident) is not None:
+        return dict(seen[1])
+    refs = _packed_refs(read_nofollow(path) or b"")
+    if reuse is not None and ident is not None:
+        reuse.unchanged("packed-refs", ident)  # recorded for the next snapshot
+        _PACKED_SEEN[str(path)] = (ident, dict(refs))
     return refs
 
 
