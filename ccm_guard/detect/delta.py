@@ -104,8 +104,11 @@ def _prefix_of(git_dir: Path, common: Path) -> str:
     return f"common/{git_dir.relative_to(common).as_posix()}/"
 
 
-def _everyday(sub: str) -> bool:
-    return sub in _EVERYDAY or _SHARED_INDEX.match(sub) is not None
+def _everyday(sub: str, change: str) -> bool:
+    """State every git operation in a worktree may change. Git writes a shared index once,
+    under its own hash, and never rewrites it: one changed in place (to flag every entry
+    assume-unchanged, say, which hides edits from `git status`) is no everyday change."""
+    return sub in _EVERYDAY or (_SHARED_INDEX.match(sub) is not None and change != "modified")
 
 
 def classify(key: str, change: str, pins: Pins, main_prefix: str) -> Owner:
@@ -117,17 +120,17 @@ def classify(key: str, change: str, pins: Pins, main_prefix: str) -> Owner:
     own = f"worktrees/{pins.admin_name}/"
     if rel.startswith(own):
         sub = rel[len(own):]
-        if _everyday(sub) or sub in _OWN_STASH or sub.startswith("logs/") or sub == "HEAD":
+        if _everyday(sub, change) or sub in _OWN_STASH or sub.startswith("logs/") or sub == "HEAD":
             return Owner.OWN  # HEAD itself is judged by head checks, not here
         return Owner.IN_PROGRESS if _IN_PROGRESS.match(sub) else Owner.CONTROL
     if key.startswith(main_prefix):
         sub = key[len(main_prefix):]
-        if _everyday(sub) or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub in ("gc.pid", "gc.log"):
+        if _everyday(sub, change) or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub in ("gc.pid", "gc.log"):
             return Owner.MAIN
     if rel.startswith("worktrees/"):
         parts = rel.split("/", 2)
         sub = parts[2] if len(parts) > 2 else ""
-        if _everyday(sub) or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub.startswith("logs/"):
+        if _everyday(sub, change) or sub == "HEAD" or _IN_PROGRESS.match(sub) or sub.startswith("logs/"):
             return Owner.OTHER_WORKTREE
         return Owner.CONTROL
     if rel.startswith("logs/refs/"):

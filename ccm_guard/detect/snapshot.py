@@ -374,12 +374,19 @@ def _entry_of(path: Path | str, st: os.stat_result, by_identity: bool) -> tuple[
         return Entry("l", mode, os.readlink(path)), None
     if not stat.S_ISREG(st.st_mode):
         return Entry("o", mode, f"type:{stat.S_IFMT(st.st_mode)}"), None
-    if by_identity or st.st_size > (INDEX_HASH_LIMIT if os.path.basename(path) == "index" else HASH_LIMIT):
+    if by_identity or st.st_size > (INDEX_HASH_LIMIT if _is_index(path) else HASH_LIMIT):
         return Entry("f", mode, identity(st)), None
     data = read_nofollow(path)
     if data is None:
         return None
     return Entry("f", mode, sha256_hex(data)), data if len(data) <= CONTENT_LIMIT else None
+
+
+def _is_index(path: Path | str) -> bool:
+    """An index, or the shared half of a split one: hashed however large (git touches a
+    shared index each time it reads it, which is no change)."""
+    name = os.path.basename(path)
+    return name == "index" or name.startswith("sharedindex.")
 
 
 def with_file_as_now(snap: Snapshot, common: Path, rel: str) -> Snapshot:
