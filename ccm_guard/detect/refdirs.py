@@ -150,6 +150,27 @@ class Closed:
                     os.unlink(path)
             except OSError:
                 pass
+        _sweep()
+
+
+def _sweep() -> None:
+    """What no snapshot used for a week goes, whichever repository it was of (one that is
+    gone leaves its files behind otherwise); an index goes once none of its listings is left."""
+    cutoff = time.time() - _UNUSED_FOR
+    indexes = []
+    try:
+        with os.scandir(store_dir()) as it:
+            for dent in it:
+                stem = dent.name[:-len(".json")]
+                if _STEM.fullmatch(stem) and dent.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(dent.path)
+                elif re.fullmatch(r"[0-9a-f]{16}", stem):
+                    indexes.append(Path(dent.path))
+        for path in indexes:
+            if not any((store_dir() / f"{entry[2]}.json").exists() for entry in _load_index(path).values()):
+                os.unlink(path)
+    except OSError:
+        pass  # a sweep is housekeeping: never in the way of the snapshot
 
 
 def changed_listings(before: dict[str, str], after: dict[str, str]

@@ -262,3 +262,21 @@ def test_a_listing_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
     stem = "0" * 16 + "-" + sha256_hex(data)
     (refdirs.store_dir() / f"{stem}.json").write_bytes(data)
     assert refdirs.load(f"1:2:3 {stem}", logs=True) is None
+
+
+def test_what_no_snapshot_used_for_a_week_is_swept(task: tuple[Path, Pins], tmp_path: Path) -> None:
+    """A repository that is gone leaves its listings behind: a listing unused for a week
+    goes when any run stores one, and an index with no listing left goes with it."""
+    repo, pins = task
+    take(pins, sandboxed=True)
+    store = refdirs.store_dir()
+    old_stem = "f" * 16 + "-" + "0" * 64
+    (store / f"{old_stem}.json").write_text("{}")
+    (store / ("f" * 16 + ".json")).write_text(json.dumps({"refs/x": ["1:2:3", [], old_stem]}))
+    week_ago = time.time() - 8 * 86400
+    os.utime(store / f"{old_stem}.json", (week_ago, week_ago))
+    _branches(repo, MANY, prefix="more")  # a new directory to store
+    time.sleep(0.05)
+    take(pins, sandboxed=True)
+    assert not (store / f"{old_stem}.json").exists() and not (store / ("f" * 16 + ".json")).exists()
+    assert len(list(store.glob("*-*.json"))) >= 3  # this repository's, in use, stay
