@@ -541,6 +541,8 @@ def read_refs(common: Path, locks: list[str] | None = None, *, reuse: _Reuse | N
             if rel.endswith(".lock"):  # a ref update in flight (or left behind), not a ref: git reads it so
                 found_locks.append(f"common/{rel}")
                 continue
+            if "/." in rel:
+                continue  # git reads no ref whose name has a part that begins with a dot (ccm-guard's keep file)
             if entry.kind == "f" and reuse is not None:  # the walk gave the file's identity, not its bytes
                 before = reuse.unchanged(rel, entry.digest)
                 if before is not None and rel in before.refs:
@@ -607,6 +609,8 @@ def _listing(rel: str, path: str, previous: refdirs.Listing | None, *, key: Call
         if name.endswith(".lock"):
             listing.locks.append(f"common/{rel}/{name}")
             continue
+        if name.startswith(".") and rel.startswith("refs"):
+            continue  # no ref to git (ccm-guard's keep file)
         if is_dir:
             listing.subdirs.append(name)
         try:

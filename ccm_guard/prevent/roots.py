@@ -25,6 +25,10 @@ agent write its working directory turns every `git commit` into
   logs/refs/heads/<dir>/  the branch's reflog (appended on commit; git fails the commit
                         when it cannot: "unable to append to ...").
 
+Both hold a `.ccm-guard-keep` file (for refs/heads/ccm/, every task's): the person's
+`git pack-refs --all` prunes a ref directory it emptied, and the agent cannot make the
+directory its sandbox granted again.
+
 Not granted, and not needed: the common dir itself (config, hooks/, info/, packed-refs,
 the main worktree's index and HEAD), other admin dirs, other ref directories. git writes
 `packed-refs` only when deleting a ref or packing refs, never for a commit.
@@ -44,6 +48,7 @@ import stat
 from pathlib import Path
 
 from ccm_guard.errors import RepoError
+from ccm_guard.state.pins import BRANCH_PREFIX
 
 _READ_LIMIT = 4096  # pointer files are one line; anything bigger is not git's
 _DETACHED = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
@@ -74,8 +79,11 @@ def writable_roots(path: Path) -> list[Path]:
     branch = _branch(admin)
     if branch is not None:
         parents = branch.split("/")[:-1]  # ["refs", "heads", "ccm"] for refs/heads/ccm/<task>
-        roots.append(_ensure_dir(common, parents))
-        roots.append(_ensure_dir(common, ["logs", *parents]))
+        # Where that is every task's (refs/heads/ccm/), a file keeps it: a deeper one (a task
+        # named a/b) would then stand in the way of a branch named like it (ccm/a).
+        keep = _kept if parents == ["refs", "heads", BRANCH_PREFIX.rstrip("/")] else (lambda d: d)
+        roots.append(keep(_ensure_dir(common, parents)))
+        roots.append(keep(_ensure_dir(common, ["logs", *parents])))
     return list(dict.fromkeys(roots))
 
 
@@ -152,6 +160,21 @@ def _subdir(common: Path, name: str) -> Path:
         raise RepoError(f"{found} is not a plain directory (a symlink, or missing): "
                         "grant the object store to the sandbox by hand")
     return found
+
+
+KEEP = ".ccm-guard-keep"
+
+
+def _kept(directory: Path) -> Path:
+    """`directory` with a file in it that keeps git from removing it when it is empty: the
+    person's `git pack-refs --all` prunes a ref directory it emptied, and the agent, whose
+    sandbox granted that very directory, could not make it again to commit. Git skips
+    names that begin with a dot, in ref directories as in the reflogs'."""
+    try:
+        os.close(os.open(directory / KEEP, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    except OSError:
+        pass  # the directory is still granted; only that pruning could still take it
+    return directory
 
 
 def _ensure_dir(common: Path, parts: list[str]) -> Path:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from conftest import git, run_exec, write_agent
+
 from ccm_guard.detect.delta import Owner, classify
 from ccm_guard.detect.snapshot import INDEX_HASH_LIMIT, _read_entry
 from ccm_guard.state.pins import Pins
-from conftest import git, run_exec, write_agent
 
 SHARED = "sharedindex." + "ab" * 20
 

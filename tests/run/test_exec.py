@@ -366,3 +366,27 @@ def test_a_split_index_repository_runs_clean(repo: Path, tmp_path: Path) -> None
     assert res.code == 0, res.stdout + res.stderr
     assert list((repo / ".git" / "worktrees").glob("*/sharedindex.*")), "git wrote no shared index for the task"
     assert res.status("git-metadata") == "pass" and res.status("clean-tree") == "pass"
+
+
+def test_the_persons_pack_refs_during_a_sandboxed_run_does_not_stop_its_commit(repo: Path, tmp_path: Path) -> None:
+    """`git pack-refs --all` packs the task's branch and prunes the ref directory it
+    emptied: refs/heads/ccm/, the very directory the sandbox granted the agent, which it
+    could not make again ("unable to create directory"). A file of ccm-guard's keeps it."""
+    from ccm_guard.prevent import sandbox
+
+    if sandbox.abi() == 0:
+        pytest.skip("this kernel has no Landlock")
+    flag = tmp_path / "go"
+    agent = write_agent(tmp_path, f"""touch "$TMPDIR/started"; while [ ! -e {flag} ]; do sleep 0.05; done
+{COMMIT.replace('$1', 'after the pack')}""")
+    proc = spawn_exec(repo, "--json", "--", str(agent))
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "state").rglob("agent/tmp/started")):
+        assert time.monotonic() < deadline and proc.poll() is None, "the agent did not start"
+        time.sleep(0.05)
+    git(repo, "pack-refs", "--all")
+    assert (repo / ".git" / "refs" / "heads" / "ccm").is_dir()  # kept
+    flag.touch()
+    out, err = proc.communicate(timeout=60)
+    gates = {g["name"]: g["status"] for g in json.loads(out)["gates"]}
+    assert gates["new-commit"] == "pass" and gates["clean-tree"] == "pass", out + err
