@@ -439,8 +439,13 @@ def read_nofollow(path: Path | str) -> bytes | None:
 
 
 # A packed-refs record and a peeled line, as git writes them.
-_PACKED_RECORD = re.compile(r"^([0-9a-f]{40}(?:[0-9a-f]{24})?) (refs/[^\n]*)$", re.M)
+# A packed-refs record (with the peeled line that may follow it) and a peeled line, as git
+# writes them. A record's peeled value is kept as "<ref>^{}": git serves it (describe,
+# show-ref -d, what a fetch from here advertises) without reading the tag.
+_PACKED_RECORD = re.compile(r"^([0-9a-f]{40}(?:[0-9a-f]{24})?) (refs/[^\n]*)(?:\n\^([0-9a-f]{40}(?:[0-9a-f]{24})?))?$",
+                            re.M)
 _PACKED_PEELED = re.compile(r"^\^[0-9a-f]{40}(?:[0-9a-f]{24})?$", re.M)
+PEELED = "^{}"
 
 
 def _packed_refs(data: bytes) -> dict[str, str]:
@@ -452,13 +457,19 @@ def _packed_refs(data: bytes) -> dict[str, str]:
         return _packed_refs_strictly(data)
     records = _PACKED_RECORD.findall(body)
     lines = body.count("\n") + (1 if body and not body.endswith("\n") else 0)
-    if len(records) + len(_PACKED_PEELED.findall(body)) != lines:
-        return _packed_refs_strictly(data)  # a line that is neither: reported as such
+    peels = sum(1 for _, _, peel in records if peel)
+    if len(records) + peels != lines or peels != len(_PACKED_PEELED.findall(body)):
+        return _packed_refs_strictly(data)  # a line that is neither, or a stray peeled one: reported as such
     # In git's order, bytes (past ASCII, text order is not byte order for every escape).
-    names = [name if body.isascii() else name.encode("utf-8", "surrogateescape") for _, name in records]
+    names = [name if body.isascii() else name.encode("utf-8", "surrogateescape") for _, name, _ in records]
     if any(later <= earlier for earlier, later in zip(names, names[1:])):
         return _packed_refs_strictly(data)  # out of order or twice: reported as such
-    return {name: sha for sha, name in records}
+    refs = {}
+    for sha, name, peel in records:  # in the file's order, as the strict reading sets them
+        refs[name] = sha
+        if peel:
+            refs[name + PEELED] = peel
+    return refs
 
 
 def _packed_refs_strictly(data: bytes) -> dict[str, str]:
@@ -469,14 +480,18 @@ def _packed_refs_strictly(data: bytes) -> dict[str, str]:
     refs: dict[str, str] = {}
     problems: list[str] = []
     last: bytes | None = None
+    peelable: str | None = None  # the record on the line above: a peeled line may follow only that (git dies otherwise)
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the file's final newline
     for number, line in enumerate(lines, start=1):
         if line.startswith(b"# pack-refs with:") and number == 1:
             continue
-        if line.startswith(b"^") and last is not None and git.is_oid(line[1:]):
-            continue  # the peeled value of the record above
+        if line.startswith(b"^") and peelable is not None and git.is_oid(line[1:]):
+            refs[peelable + PEELED] = line[1:].decode()  # the peeled value of the record above
+            peelable = None
+            continue
+        peelable = None
         sha, space, raw_name = line.partition(b" ")
         name = raw_name.decode("utf-8", "surrogateescape")
         if not space or not git.is_oid(sha) or not raw_name.startswith(b"refs/"):
@@ -488,6 +503,7 @@ def _packed_refs_strictly(data: bytes) -> dict[str, str]:
             problems.append(f"{name} is out of order")
         refs[name] = sha.decode()
         last = raw_name
+        peelable = name
     if problems:
         refs["packed-refs"] = "malformed: " + "; ".join(problems[:3])
     return refs

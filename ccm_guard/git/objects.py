@@ -51,6 +51,15 @@ def blob_sizes(repo: Repo, ids: list[str]) -> dict[str, int]:
     return {oid: int(size) for oid, _, size in (line.partition(" ") for line in out.splitlines()) if size.isdigit()}
 
 
+def peeled(repo: Repo, ids: list[str]) -> dict[str, str]:
+    """What each object peels to (a tag to what it tags, through tags of tags), read from
+    the objects themselves, never from packed-refs' peeled lines."""
+    if not ids:
+        return {}
+    out = run(["cat-file", "--batch-check=%(objectname)"], repo, input="".join(f"{i}^{{}}\n" for i in ids).encode()).out
+    return {oid: line for oid, line in zip(ids, out.splitlines()) if not line.endswith(" missing")}
+
+
 def file_at(repo: Repo, rev: str, path: str) -> bytes | None:
     """A file's content at a commit, or None if it has none there."""
     return files_at(repo, rev, [path])[path]

@@ -318,3 +318,41 @@ while [ ! -e {gate} ]; do sleep 0.05; done
     assert len(applied.stderr.strip().splitlines()) == 1
     assert (repo / "src/app.py").read_text() == "print('hi')\n"  # the person's checkout as it was
     assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", "ccm/g1")
+
+
+def _tagged(repo: Path) -> tuple[str, str]:
+    """An annotated tag v1 on the first commit, a second commit on main, all packed:
+    packed-refs holds v1's peeled line. Returns (the tag's commit, main)."""
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "tag", "-a", "-m", "one", "v1")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "two")
+    git(repo, "pack-refs", "--all")
+    return first, git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("mode", ["forged", "twice"])
+def test_a_forged_peeled_line_in_packed_refs_fails_the_run(repo: Path, tmp_path: Path, mode: str) -> None:
+    """Without the sandbox the agent rewrites the peeled line of a packed tag: git describe
+    then names v1 for main, and what this repository serves advertises it; written twice,
+    git can list no ref at all. The ref itself never moved."""
+    first, main = _tagged(repo)
+    packed = repo / ".git" / "packed-refs"
+    line = f"^{main}\\n^{main}" if mode == "twice" else f"^{main}"
+    agent = write_agent(tmp_path, f"""{COMMIT}
+sed -i 's/^\\^[0-9a-f]*$/{line}/' {packed}""")
+    res = run_exec(repo, agent, "--sandbox", "none")
+    assert f"^{main}" in packed.read_text()  # it happened
+    if mode == "forged":
+        assert plain_git(repo, "describe", main).stdout.strip() == "v1"  # what the person's git now says
+    assert res.code != 0 and res.status("refs-untouched") == "fail", res.stdout
+    assert ("which is not what it peels to" if mode == "forged" else "packed-refs") in res.reasons("refs-untouched")
+
+
+def test_packing_refs_with_an_annotated_tag_is_no_finding(repo: Path, tmp_path: Path) -> None:
+    """(benign) `git pack-refs --all` (here the real git's, which the guard hooks would
+    stop: it rewrites other refs' records) writes a tag's peeled line: the true one passes."""
+    git(repo, "tag", "-a", "-m", "one", "v1")
+    agent = write_agent(tmp_path, f"{COMMIT}\nrgit pack-refs --all")
+    res = run_exec(repo, agent, "--sandbox", "none")
+    assert "refs/tags/v1^{}" in plain_git(repo, "show-ref", "-d").stdout
+    assert res.code == 0 and res.status("refs-untouched") == "pass", res.stdout

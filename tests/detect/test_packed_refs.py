@@ -57,3 +57,9 @@ def test_they_agree_on_many_generated_files() -> None:
             lines[i] = rng.choice([b"\n", b"junk\n", lines[i][::-1], lines[i] * 2])
         data = b"".join(lines)
         assert _packed_refs(data) == _packed_refs_strictly(data), data
+
+
+def test_peeled_values_are_kept_and_a_stray_one_is_malformed() -> None:
+    assert _packed_refs(HEADER + f"{A} refs/tags/v1\n^{B}\n".encode()) == {"refs/tags/v1": A, "refs/tags/v1^{}": B}
+    for stray in (f"{A} refs/tags/v1\n^{B}\n^{B}\n", f"{A} refs/tags/v1\n^{B}\n^{A}\n{B} refs/tags/v2\n"):
+        assert "malformed" in _packed_refs(stray.encode()).get("packed-refs", ""), stray  # git dies on it

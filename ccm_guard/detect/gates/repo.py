@@ -22,7 +22,7 @@ from ccm_guard.detect.context import (
     planted_links,
 )
 from ccm_guard.detect.delta import FileChange, Owner, RefChange
-from ccm_guard.detect.snapshot import Entry
+from ccm_guard.detect.snapshot import PEELED, Entry
 from ccm_guard.errors import GitError
 from ccm_guard.files import read_regular
 from ccm_guard.git import config as configfile
@@ -33,8 +33,10 @@ def refs_untouched(ctx: Context) -> list[Finding]:
     own = ctx.pins.branch_ref
     others = set(ctx.other_tasks.values())
     checked_out = _checked_out_branches(ctx)
-    findings = []
+    findings = _forged_peels(ctx)
     for rc in ctx.delta.refs:
+        if rc.ref.endswith(PEELED):
+            continue  # a packed record's peeled line: judged above, by what its ref peels to
         if rc.ref in others and (rc.after is None or plain(rc.after)) and _moved_by_its_task(ctx, rc):
             continue  # another task's branch made, moved or removed by its own run; its gates judge it
         if rc.ref == own and plain(rc.after):
@@ -66,6 +68,26 @@ def refs_untouched(ctx: Context) -> list[Finding]:
         else:
             findings.append(Finding("refs-untouched", f"{rc.ref} {_verb(rc)}", (rc.ref,)))
     return findings
+
+
+def _forged_peels(ctx: Context) -> list[Finding]:
+    """packed-refs' peeled lines that the run set: each must be what its ref's object peels
+    to (git describe, show-ref -d and what a fetch from here advertises take the line, not
+    the tag). One that went is no harm: git then reads the tag itself."""
+    changed = [rc for rc in ctx.delta.refs if rc.ref.endswith(PEELED) and rc.after is not None]
+    if not changed:
+        return []
+    tips = {rc.ref: ctx.after.refs.get(rc.ref[:-len(PEELED)]) or "" for rc in changed}
+    try:
+        truth = git.peeled(ctx.repo, sorted({tip for tip in tips.values() if plain(tip)}))
+    except GitError as exc:
+        truth, why = {}, f" (it could not be checked: {exc.message})"
+    else:
+        why = ""
+    return [Finding("refs-untouched", f"{rc.ref[:-len(PEELED)]}'s peeled value in packed-refs was set to "
+                    f"{(rc.after or '')[:12]}, which is not what it peels to{why}: git describe, show-ref -d and "
+                    "whatever serves this repository's refs take that line", (rc.ref,))
+            for rc in changed if truth.get(tips[rc.ref]) != rc.after]
 
 
 def _moved_by_its_task(ctx: Context, rc: RefChange) -> bool:
