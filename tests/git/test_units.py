@@ -123,7 +123,7 @@ def test_refs_are_read_from_packed_and_loose_files_with_their_type(tmp_path: Pat
     (common / "refs/heads/sym").write_text("ref: refs/heads/main\n")
     os.symlink("elsewhere", common / "refs/heads/link")
     refs = snapshot.read_refs(common)
-    assert refs == {"refs/heads/old": "d" * 40, "refs/tags/v1": "b" * 40,
+    assert refs == {"refs/heads/old": "d" * 40, "refs/tags/v1": "b" * 40, "refs/tags/v1^{}": "c" * 40,
                     "refs/heads/sym": "ref: refs/heads/main", "refs/heads/link": "symlink: elsewhere"}
 
 
