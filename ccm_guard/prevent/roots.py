@@ -25,7 +25,7 @@ agent write its working directory turns every `git commit` into
   logs/refs/heads/<dir>/  the branch's reflog (appended on commit; git fails the commit
                         when it cannot: "unable to append to ...").
 
-Both hold a `.ccm-guard-keep` file (for refs/heads/ccm/, every task's): the person's
+Both hold an empty `.ccm-guard-keep/` directory (for refs/heads/ccm/, every task's): the person's
 `git pack-refs --all` prunes a ref directory it emptied, and the agent cannot make the
 directory its sandbox granted again.
 
@@ -166,14 +166,15 @@ KEEP = ".ccm-guard-keep"
 
 
 def _kept(directory: Path) -> Path:
-    """`directory` with a file in it that keeps git from removing it when it is empty: the
-    person's `git pack-refs --all` prunes a ref directory it emptied, and the agent, whose
-    sandbox granted that very directory, could not make it again to commit. Git skips
-    names that begin with a dot, in ref directories as in the reflogs'."""
+    """`directory` with an empty directory in it that keeps git from removing it when it
+    holds no ref: the person's `git pack-refs --all` prunes a ref directory it emptied, and
+    the agent, whose sandbox granted that very directory, could not make it again to
+    commit. Git lists no ref under a name that begins with a dot, and a directory holds no
+    ref to check: a file there would fail a newer git's `git fsck` (badRefName)."""
     try:
-        os.close(os.open(directory / KEEP, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+        os.mkdir(directory / KEEP)
     except OSError:
-        pass  # the directory is still granted; only that pruning could still take it
+        pass  # there already; or not, and only that pruning could still take the directory
     return directory
 
 

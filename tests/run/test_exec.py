@@ -386,6 +386,8 @@ def test_the_persons_pack_refs_during_a_sandboxed_run_does_not_stop_its_commit(r
         time.sleep(0.05)
     git(repo, "pack-refs", "--all")
     assert (repo / ".git" / "refs" / "heads" / "ccm").is_dir()  # kept
+    assert ".ccm-guard-keep" not in git(repo, "for-each-ref")  # by nothing git takes for a ref
+    assert subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo, capture_output=True).returncode == 0
     flag.touch()
     out, err = proc.communicate(timeout=60)
     gates = {g["name"]: g["status"] for g in json.loads(out)["gates"]}
