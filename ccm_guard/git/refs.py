@@ -4,6 +4,7 @@ pushing one ref to a remote."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -136,10 +137,72 @@ def update_ref(repo: Repo, ref: str, new: str, old: str | None = None, message: 
 
 def delete_ref(repo: Repo, ref: str, old: str, *, missing_ok: bool = False) -> None:
     """Delete `ref` only if it still points at `old` (compare-and-swap); `missing_ok`:
-    a ref that is already gone is no error (asked only after git refused: one call)."""
+    a ref that is already gone is no error (asked only after git refused: one call).
+    A plain loose ref is deleted from the files, as git does (`_delete_loose`); anything
+    else is git's."""
+    done = _delete_loose(repo, ref, old)
+    if done is True:
+        return
+    missing_ok = missing_ok or done is None
     res = run(["update-ref", "-d", ref, old], repo, check=False)
     if res.returncode != 0 and not (missing_ok and not ref_exists(repo, ref)):
         raise GitError(describe_failure(res))
+
+
+def _delete_loose(repo: Repo, ref: str, old: str) -> bool | None:
+    """Delete a loose ref at `old` the way git's files backend does, without a git process
+    (every exec deletes its task's branch): take `<ref>.lock`, check the value, remove the
+    reflog and the ref, prune the emptied directories below refs/<kind>/, drop the lock.
+
+    True: deleted here. False: nothing done, git must do it (reftable, a lock held, a
+    value that is not `old` (git says why), a ref that packed-refs lists too, an unusual
+    name). None: the loose ref is gone, but a `git pack-refs` ran meanwhile (its lock, or
+    the ref now in packed-refs): git must finish, and may find nothing left to delete."""
+    common = repo.common_dir
+    parts = ref.split("/")
+    if (repo.untrusted or len(parts) < 3 or parts[0] != "refs" or not all(map(_plain_part, parts))
+            or os.path.lexists(common / "reftable") or not _unpacked(common, ref)):
+        return False
+    path = common / ref
+    lock = Path(f"{path}.lock")
+    try:
+        os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError:
+        return False  # another git holds it, or the directory is not there: git's to report
+    try:
+        value = read_regular(path, 100)
+        if value is None or value.strip() != old.encode():
+            return False
+        for place in (common / "logs" / ref, path):  # the reflog first, as git does
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(place)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+    for depth in range(len(parts) - 1, 2, -1):  # refs/<kind>/ itself stays, as git keeps it
+        for top in (common, common / "logs"):
+            with contextlib.suppress(OSError):
+                os.rmdir(top.joinpath(*parts[:depth]))
+    # A pack-refs that read the ref before it went has written (or is writing) it into
+    # packed-refs, and could not prune it while we held its lock: git deletes it there.
+    return True if _unpacked(common, ref) else None
+
+
+def _plain_part(part: str) -> bool:
+    return bool(_PLAIN_PART.fullmatch(part)) and ".." not in part and not part.endswith(".lock")
+
+
+_PLAIN_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _unpacked(common: Path, ref: str) -> bool:
+    """Nobody is packing refs, and packed-refs (read whole) does not list `ref`."""
+    if os.path.lexists(common / "packed-refs.lock"):
+        return False
+    if not os.path.lexists(common / "packed-refs"):
+        return True
+    packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
+    return packed is not None and len(packed) <= _READ_LIMIT and f" {ref}\n".encode() not in packed
 
 
 def drop_ref(repo: Repo, ref: str) -> None:

@@ -337,6 +337,61 @@ def test_a_taken_branch_name_is_found_in_the_files_as_git_finds_it(repo: Path,
     gitcmd(repo, "branch", "ccm/planted")  # and git takes the name, as branch_taken says it will
 
 
+def test_a_loose_branch_is_deleted_from_the_files_as_git_deletes_it(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every exec deletes its task's branch: a plain loose ref goes without a git process,
+    its reflog and emptied directories below refs/heads/ too, and leaves what git's own
+    `update-ref -d` leaves (held against a twin deleted by git)."""
+    from ccm_guard.git import refs
+
+    head = gitcmd(repo, "rev-parse", "HEAD")
+    for name in ("ccm/t1", "ccm/t2", "one/deep/t3", "one/deep/t4", "two/deep/t3", "two/deep/t4"):
+        gitcmd(repo, "branch", name)
+    host = git.Repo(repo / ".git", repo / ".git", repo)
+    monkeypatch.setattr(refs, "run", lambda *a, **k: pytest.fail(f"git was run: {a}"))
+    for name in ("ccm/t1", "one/deep/t3", "one/deep/t4"):
+        git.delete_ref(host, f"refs/heads/{name}", head)
+    monkeypatch.undo()
+    for name in ("two/deep/t3", "two/deep/t4"):
+        gitcmd(repo, "update-ref", "-d", f"refs/heads/{name}", head)
+    assert gitcmd(repo, "for-each-ref", "--format=%(refname)") == "refs/heads/ccm/t2\nrefs/heads/main"
+    common = repo / ".git"
+    assert not (common / "logs/refs/heads/ccm/t1").exists() and (common / "logs/refs/heads/ccm/t2").exists()
+    for top in ("refs/heads", "logs/refs/heads"):  # emptied directories go as git's go; refs/heads/ stays
+        assert sorted(p.name for p in (common / top).iterdir()) == ["ccm", "main"]
+    assert not list(common.rglob("*.lock"))
+    assert subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo, capture_output=True).returncode == 0
+
+
+def test_a_branch_deletion_git_must_do_is_left_to_git(repo: Path) -> None:
+    """A ref that moved is refused (compare-and-swap) with git's words; one that is packed,
+    or held by another git's lock, or while refs are being packed, is git's to delete."""
+    head = gitcmd(repo, "rev-parse", "HEAD")
+    host = git.Repo(repo / ".git", repo / ".git", repo)
+    gitcmd(repo, "commit", "-q", "--allow-empty", "-m", "next")
+    gitcmd(repo, "branch", "ccm/moved")
+    with pytest.raises(GitError):
+        git.delete_ref(host, "refs/heads/ccm/moved", head)
+    assert gitcmd(repo, "rev-parse", "ccm/moved") != head
+    gitcmd(repo, "branch", "ccm/packed", head)
+    gitcmd(repo, "pack-refs", "--all")
+    gitcmd(repo, "branch", "-f", "ccm/packed", head)  # loose again, and in packed-refs too
+    git.delete_ref(host, "refs/heads/ccm/packed", head)
+    assert gitcmd(repo, "rev-parse", "--verify", "--quiet", "ccm/packed", check=False) == ""
+    gitcmd(repo, "branch", "ccm/locked", head)
+    (repo / ".git/refs/heads/ccm/locked.lock").write_text("")
+    with pytest.raises(GitError):  # git's own "Unable to create ... .lock: File exists"
+        git.delete_ref(host, "refs/heads/ccm/locked", head)
+    assert gitcmd(repo, "rev-parse", "ccm/locked") == head
+    (repo / ".git/refs/heads/ccm/locked.lock").unlink()
+    (repo / ".git/packed-refs.lock").write_text("")  # a pack-refs at work: git waits for it, then refuses
+    with pytest.raises(GitError):
+        git.delete_ref(host, "refs/heads/ccm/locked", head)
+    (repo / ".git/packed-refs.lock").unlink()
+    git.delete_ref(host, "refs/heads/ccm/locked", head)
+    git.delete_ref(host, "refs/heads/ccm/gone", head, missing_ok=True)
+    assert gitcmd(repo, "branch", "--list", "ccm/*").split() == ["ccm/moved"]
+
+
 def test_a_new_config_file_is_left_to_git_where_it_cannot_be_linked_and_keeps_the_umask(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file system without hard links (vfat, some FUSE mounts) refuses link(): nothing is

@@ -392,3 +392,36 @@ def test_the_persons_pack_refs_during_a_sandboxed_run_does_not_stop_its_commit(r
     out, err = proc.communicate(timeout=60)
     gates = {g["name"]: g["status"] for g in json.loads(out)["gates"]}
     assert gates["new-commit"] == "pass" and gates["clean-tree"] == "pass", out + err
+
+
+_COUNTING = """import os, sys
+def count(event, args):
+    if event == "subprocess.Popen" and os.path.basename(str(args[0] or args[1][0])) == "git":
+        argv = list(map(str, args[1]))[1:]
+        while argv and argv[0].startswith("-"):  # git's own options: the command comes after them
+            argv = argv[2:] if argv[0] == "-c" else argv[1:]
+        with open(os.environ["GIT_CALLS_LOG"], "a") as fh:
+            fh.write(" ".join(argv)[:200] + "\\n")
+sys.addaudithook(count)
+sys.argv[0] = "ccm-guard"
+from ccm_guard.cli import main
+sys.exit(main(prog_name="ccm-guard"))
+"""
+
+
+def test_a_plain_exec_spawns_at_most_seven_git_processes(repo: Path, tmp_path: Path) -> None:
+    """The git-call budget (bench/exec_overhead measures the time): discovery, the policy at
+    the base, the person's checkout before and after, the worktree's admin entry, its
+    checkout, the task's status; the branch is deleted from the files. Counted by the
+    interpreter that runs exec (its audit hook sees every process it starts)."""
+    assert run_exec(repo, "true", "--no-require-commit", "--cleanup").code == 0  # the first one also sets
+    log = tmp_path / "git-calls.log"                                               # extensions.worktreeConfig
+    proc = subprocess.run([sys.executable, "-c", _COUNTING, "exec", "--no-require-commit", "--cleanup", "--json",
+                           "--", "true"], cwd=repo, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, env={**os.environ, "GIT_CALLS_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["passed"]
+    calls = log.read_text().splitlines()
+    assert 3 <= len(calls) <= 7, "\n".join(calls)
+    assert not any("update-ref" in c or "branch" in c for c in calls), calls
+    assert "ccm/" not in git(repo, "branch", "--list")  # and the branch is gone all the same
