@@ -4,8 +4,9 @@ A run may add objects; it must never change or remove existing ones (an overwrit
 loose object or a forged pack rewrites history under everybody's feet). Git itself
 "freshens" an object it would write again by touching its mtime, so a changed identity
 alone is not a finding: the file's content is then verified against the name it carries
-(a loose object is named by the hash of its inflated bytes; a pack and its index end in
-a checksum of everything before it).
+(a loose object is named by the hash of its inflated bytes, a pack by the checksum its
+bytes end in). An index is named after its pack, not its own bytes: git verifies one
+that changed against the pack, object by object.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ccm_guard.digest import hasher
-from ccm_guard.files import open_regular
+from ccm_guard.files import open_regular, read_regular
 
 Identity = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
 
@@ -122,14 +123,15 @@ def _beside_old(before: dict[str, Identity], new: list[str], *, midx_kept: bool)
 
 def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -> list[str]:
     """Object files written at or after `since` (seconds) that do not hold what their names
-    say: loose objects re-hashed; a pack whose index, pack or reverse index was written
-    (a pack rewritten in place keeps its old index) verified by git, and so is a multi-pack
-    index."""
+    say: loose objects re-hashed; a pack of which only the .pack was written (git's
+    freshening sets its times whenever a commit writes an object it holds) hashed against
+    its name; a pack with any other file written (a pack rewritten in place keeps its old
+    index), and a multi-pack index, verified by git."""
     from ccm_guard import git
 
     threshold = int((since - 1) * 1e9)  # a second's slack, as file times are coarse somewhere
     found: list[str] = []
-    packs: set[str] = set()
+    packs: dict[str, set[str]] = {}  # pack/pack-<name> -> the suffixes written
     for rel, (_, _, _, ctime_ns) in sorted(inventory(objects_dir).items()):
         if ctime_ns < threshold:
             continue
@@ -137,16 +139,49 @@ def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -
             if _forged_loose(objects_dir / rel):
                 found.append(rel)
         elif rel.startswith("pack/multi-pack-index"):
-            packs.add("pack/multi-pack-index")
+            packs["pack/multi-pack-index"] = set()
         elif rel.startswith("pack/pack-"):
-            packs.add(rel.rpartition(".")[0] + ".idx")
-    for rel in sorted(packs):
-        if rel == "pack/multi-pack-index":
+            stem, _, suffix = rel.rpartition(".")
+            packs.setdefault(stem, set()).add(suffix)
+    for stem, written in sorted(packs.items()):
+        if stem == "pack/multi-pack-index":
             if not git.verify_midx(objects_dir, object_format):
-                found.append(rel)
-        elif os.path.lexists(objects_dir / rel) and not git.verify_pack(objects_dir / rel, object_format):
-            found.append(rel)
+                found.append(stem)
+        elif written == {"pack"} and _freshened(objects_dir / f"{stem}.pack", objects_dir / f"{stem}.idx"):
+            continue
+        elif os.path.lexists(objects_dir / f"{stem}.idx") and not git.verify_pack(objects_dir / f"{stem}.idx",
+                                                                                  object_format):
+            found.append(f"{stem}.idx")
     return found
+
+
+def holds_its_name(pack: Path) -> bool:
+    """Whether a .pack's bytes hash to its trailer and the trailer is its name, as git names
+    every pack it writes: then the bytes are those it was written with (only a hash
+    collision says otherwise). Hashed a piece at a time: a pack can be gigabytes."""
+    name = pack.name.removeprefix("pack-").removesuffix(".pack")
+    if len(name) not in (40, 64) or not set(name) <= _HEX:
+        return False
+    size = len(name) // 2
+    try:
+        with open_regular(pack) as fh:
+            left = os.fstat(fh.fileno()).st_size - size
+            digest = hasher("sha1" if size == 20 else "sha256", max(left, 0))
+            while left > 0 and (chunk := fh.read(min(left, 1 << 20))):
+                digest.update(chunk)
+                left -= len(chunk)
+            trailer = fh.read(size + 1)
+    except OSError:
+        return False
+    return left == 0 and digest.digest() == trailer == bytes.fromhex(name)
+
+
+def _freshened(pack: Path, idx: Path) -> bool:
+    """A .pack written since while its index was not: git's freshening, if the bytes are
+    still those named, and the index (untouched) was made for those bytes."""
+    size = (len(pack.name) - len("pack-.pack")) // 2
+    recorded = read_regular(idx, 2 * size, tail=True)
+    return holds_its_name(pack) and recorded is not None and recorded[:size].hex() == pack.name[5:-5]
 
 
 def _forged_loose(path: Path) -> bool:
@@ -170,18 +205,34 @@ def pack_names(idx: Path, oid_len: int) -> set[str]:
 
 def verify(path: Path, before_size: int) -> bool:
     """True when the file still holds exactly what its name promises."""
+    if path.parent.name == "pack":
+        return _pack_file_ok(path, before_size)
     try:
         data = _read(path)
     except OSError:
         return False
-    if len(data) != before_size:
+    return len(data) == before_size and _loose_ok(path, data)
+
+
+def _pack_file_ok(path: Path, before_size: int) -> bool:
+    """A pack file from before the run whose identity changed. Git's freshening sets a
+    .pack's times and nothing else: one of the same size that still hashes to its name
+    costs a hash. Anything else is verified by git, every object re-hashed: an index's
+    own checksum proves nothing of what it maps (rewritten in place, two objects can
+    trade places and the checksum be made good), nor does a pack named otherwise."""
+    from ccm_guard import git
+
+    try:
+        if os.lstat(path).st_size != before_size:
+            return False
+    except OSError:
         return False
-    name = path.name
-    if path.parent.name == "pack":
-        if name.endswith((".pack", ".idx")):
-            return _trailer_ok(data)
+    if path.name.endswith(".pack") and holds_its_name(path):
+        return True
+    idx = path.with_name(path.name.rpartition(".")[0] + ".idx")
+    if not path.name.endswith((".pack", ".idx")) or not os.path.lexists(idx):
         return False  # .keep, .rev, .bitmap ... are not rewritten by a normal run
-    return _loose_ok(path, data)
+    return git.verify_pack(idx, "sha256" if len(idx.name) == len("pack-.idx") + 64 else "sha1")
 
 
 _CHUNK = 1 << 16
@@ -225,16 +276,6 @@ def _loose_ok(path: Path, data: bytes | None = None) -> bool:
     except (OSError, zlib.error):
         return False
     return inflate.eof and seen == expected and digest.hexdigest() == oid
-
-
-def _trailer_ok(data: bytes) -> bool:
-    for size, algo in ((20, "sha1"), (32, "sha256")):
-        if len(data) > size:
-            h = hasher(algo, len(data))
-            h.update(data[:-size])
-            if h.digest() == data[-size:]:
-                return True
-    return False
 
 
 def _read(path: Path) -> bytes:

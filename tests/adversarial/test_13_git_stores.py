@@ -105,6 +105,59 @@ def test_a_pack_whose_index_claims_an_existing_id_fails_the_run(repo: Path, tmp_
     assert f"pack/{forged[0].name}" in all_paths(res, "git-metadata")
 
 
+# The person's own pack index rewritten in place, its size kept and its checksum made
+# good again: two objects trade places (offsets and CRCs), so that src/app.py's id reads
+# README.md's bytes. The pack itself is untouched.
+SWAP_IN_INDEX = """idx=$(ls "$objects"/pack/pack-*.idx | head -n 1)
+chmod u+w "$idx"
+python3 - "$idx" "$oid" "$(git rev-parse main:README.md)" <<'PY'
+import hashlib, sys
+idx, a, b = sys.argv[1], bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
+data = bytearray(open(idx, "rb").read())
+n = int.from_bytes(data[8 + 255 * 4:8 + 256 * 4], "big")
+names = [bytes(data[1032 + 20 * i:1052 + 20 * i]) for i in range(n)]
+i, j = names.index(a), names.index(b)
+for table in (1032 + 20 * n, 1032 + 24 * n):  # the CRCs, then the offsets
+    x, y = table + 4 * i, table + 4 * j
+    data[x:x + 4], data[y:y + 4] = data[y:y + 4], data[x:x + 4]
+data[-20:] = hashlib.sha1(bytes(data[:-20])).digest()
+open(idx, "r+b").write(bytes(data))
+PY"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_the_persons_pack_index_rewritten_with_a_good_checksum_fails_the_run(repo: Path, tmp_path: Path,
+                                                                              sandbox: str) -> None:
+    """An existing object file may change only as git's freshening changes it (its times).
+    An index rewritten in place with its size kept and a checksum that holds still maps
+    ids to other bytes: git verifies the pack behind it, not its trailer alone."""
+    git(repo, "gc", "-q")
+    res = run_exec(repo, _agent(tmp_path, SWAP_IN_INDEX), "--sandbox", sandbox)
+    assert plain_git(repo, "show", "main:src/app.py").stdout == "# project\n"  # the forgery works
+    assert res.code == 1
+    assert "existing object file(s) were rewritten" in res.reasons("git-metadata")
+    idx = next((repo / ".git/objects/pack").glob("pack-*.idx"))
+    assert f"pack/{idx.name}" in all_paths(res, "git-metadata")
+
+
+def test_a_pack_git_freshened_passes_and_apply_checks_it_by_its_name(repo: Path, tmp_path: Path) -> None:
+    """Git sets a pack's times whenever it writes an object the pack already holds (a
+    commit whose tree is partly old): the run passes, and a later apply, which looks again
+    at what was written since its task began, hashes the pack against its name rather
+    than asking git to verify every object in it."""
+    git(repo, "gc", "-q")
+    assert run_exec(repo, write_agent(tmp_path, COMMIT, name="one.sh"), "--task", "f1").code == 0
+    pack = next((repo / ".git/objects/pack").glob("pack-*.pack"))
+    before = pack.stat()
+    freshen = write_agent(tmp_path, f"{COMMIT.replace('agent work', 'more work')}\ntouch {pack}", name="two.sh")
+    res = run_exec(repo, freshen, "--task", "f2", "--sandbox", "none")
+    assert res.code == 0, res.reasons("git-metadata")
+    assert pack.stat().st_ctime_ns > before.st_ctime_ns and pack.stat().st_ino == before.st_ino
+    applied = ccm("task", "apply", "f1", "--json", cwd=repo)
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "work.txt").read_text() == "agent work\n"
+
+
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_bitmap_forged_for_the_persons_pack_fails_the_run(repo: Path, tmp_path: Path, sandbox: str) -> None:
     """No existing file changes: the new .bitmap and .keep sit beside the person's pack."""

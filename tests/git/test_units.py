@@ -104,14 +104,52 @@ def test_object_freshening_is_not_a_change_but_a_rewrite_is(tmp_path: Path) -> N
     assert objects.compare(objs, before, objects.inventory(objs)).removed == [f"{path.parent.name}/{path.name}"]
 
 
-def test_pack_checksum_is_verified(tmp_path: Path) -> None:
-    pack = tmp_path / "pack" / "pack-x.pack"
-    pack.parent.mkdir()
+def test_apply_hashes_a_freshened_pack_and_asks_git_only_of_a_written_index(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pack git freshened since a task began costs a hash, not a `git verify-pack` of
+    every object in it (seconds on a large repository, at every apply after another
+    task's commit); a pack whose index was written too is git's to verify."""
+    gitcmd(repo, "gc", "-q")
+    objs = repo / ".git/objects"
+    pack = next((objs / "pack").glob("pack-*.pack"))
+    idx = pack.with_suffix(".idx")
+    since = time.time()
+    written, old = (1, 1, 1, int((since + 10) * 1e9)), (1, 1, 1, 0)
+
+    def forged(*, index_written: bool, verifies: bool = True) -> list[str]:
+        monkeypatch.setattr(objects, "inventory", lambda d: {f"pack/{pack.name}": written,
+                                                              f"pack/{idx.name}": written if index_written else old})
+        monkeypatch.setattr(git, "verify_pack", lambda i, fmt="sha1": asked.append(i) or verifies)
+        return objects.forged_since(objs, since)
+
+    asked: list[Path] = []
+    assert forged(index_written=False) == [] and asked == []  # freshened: hashed, no git
+    assert forged(index_written=True) == [] and asked == [idx]
+    asked.clear()
+    pack.chmod(0o644)
+    data = bytearray(pack.read_bytes())
+    data[-1] ^= 1  # the bytes no longer hash to the name: git verifies
+    pack.write_bytes(bytes(data))
+    assert forged(index_written=False, verifies=False) == [f"pack/{idx.name}"] and asked == [idx]
+
+
+def test_a_changed_pack_must_hash_to_its_name(tmp_path: Path) -> None:
+    """Git names a pack after the checksum it ends in: a .pack whose bytes still hash to
+    its name is the one git wrote (freshened); a checksum made good again is not enough
+    when the name says otherwise, and a pack named otherwise (no index) is no proof."""
     body = b"PACK" + b"\0" * 40
-    pack.write_bytes(body + hashlib.sha1(body).digest())
+    trailer = hashlib.sha1(body).digest()
+    pack = tmp_path / "pack" / f"pack-{trailer.hex()}.pack"
+    pack.parent.mkdir()
+    pack.write_bytes(body + trailer)
     assert objects.verify(pack, pack.stat().st_size)
-    pack.write_bytes(b"PACK" + b"\1" * 40 + hashlib.sha1(body).digest())
+    assert objects.holds_its_name(pack)
+    other = b"PACK" + b"\1" * 40
+    pack.write_bytes(other + hashlib.sha1(other).digest())  # same size, a checksum that holds
     assert not objects.verify(pack, pack.stat().st_size)
+    named = pack.with_name("pack-x.pack")
+    named.write_bytes(body + trailer)
+    assert not objects.verify(named, named.stat().st_size)
 
 
 def test_refs_are_read_from_packed_and_loose_files_with_their_type(tmp_path: Path) -> None:
