@@ -227,8 +227,10 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
 
     The result is computed in the object store (git merge-tree), committed with trailers
     naming the task, and the target is moved with compare-and-swap, recomputed if another
-    apply won the race. A target checked out in a clean worktree is brought up to date; if
-    that checkout has uncommitted changes, or the merge conflicts, nothing changes (exit 8).
+    apply won the race. A target that is checked out is brought up to date as `git merge`
+    would: your uncommitted changes stay; if one is in the apply's way (a file the task
+    changes too, an untracked file where it puts one), or the merge conflicts, nothing
+    changes (exit 8).
     """
     from ccm_guard.cli.render import render_apply
     from ccm_guard.run.tasks import apply

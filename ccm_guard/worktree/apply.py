@@ -3,7 +3,8 @@
 `git merge-tree --write-tree` computes the result in the object store, `commit-tree`
 makes the commit, and `update-ref REF NEW OLD` moves the target only if nobody moved it
 first (compare-and-swap); a lost race recomputes against the new tip. A target that is
-checked out is brought up to date afterwards, only if it was clean. A remote target is
+checked out is brought up to date afterwards, as `git merge` would: the person's own
+changes stay, and one in the apply's way refuses it (the branch is put back). A remote target is
 pushed to, and a rejected push is fetched, rebuilt and retried
 (docs/design-notes.md#apply-by-compare-and-swap).
 """
@@ -15,6 +16,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -197,8 +199,6 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
     common = Path(task.repo)
     checkout = checked_out(host, target.ref, Path(task.main_worktree))
     with _apply_lock(common) if checkout else contextlib.nullcontext():
-        if checkout:
-            require_clean(checkout, target)
         record()
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
@@ -330,23 +330,28 @@ def checked_out(host: git.Repo, ref: str, main_worktree: Path) -> git.Repo | Non
     return None
 
 
-def require_clean(checkout: git.Repo, target: Target) -> None:
-    # Untracked files need no look: read-tree refuses to overwrite one that is in the way.
-    dirty = [e.path for e in git.status(checkout, untracked=False)]
-    if dirty:
-        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with uncommitted changes "
-                           f"({shown}); nothing was changed: commit or stash them, then apply again")
-
-
 def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str) -> None:
+    """The checkout of the target follows its branch: a two-tree merge writes only what the
+    apply changed, keeps the person's own changes elsewhere, and refuses, changing nothing,
+    where one is in its way (a changed or staged file the apply changes too, an untracked
+    file where it puts one): git merge's rule, with no status walk of the tree first."""
     try:
         git.fast_forward_checkout(checkout, old, new)
     except GitError as exc:
         # Put the branch back so the checkout's files and its branch agree again.
         git.try_update_ref(host, target.ref, old, new, "ccm-guard: apply undone, the checkout refused it")
+        in_way = list(dict.fromkeys(_IN_THE_WAY.findall(exc.message)))
+        if in_way:
+            shown = ", ".join(in_way[:5]) + (f" and {len(in_way) - 5} more" if len(in_way) > 5 else "")
+            raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with uncommitted changes in "
+                               f"the way ({shown}); the branch was put back, nothing changed: commit or stash them, "
+                               "then apply again") from exc
         raise ApplyRefused(f"{checkout.work_tree} could not be brought up to date ({exc.message}); "
                            "the branch was put back, nothing changed: clear the way and apply again") from exc
+
+
+# read-tree names what is in its way: "Entry 'a' not uptodate", "Untracked working tree file 'b' would be ..."
+_IN_THE_WAY = re.compile(r"(?:Entry|file) '([^'\n]*)'")
 
 
 @contextlib.contextmanager

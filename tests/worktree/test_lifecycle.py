@@ -49,16 +49,37 @@ def test_apply_merges_without_touching_the_person_s_files_and_updates_their_clea
     assert again.returncode == 8 and "already applied" in again.stderr
 
 
-def test_apply_refuses_a_dirty_checkout_and_changes_nothing(repo: Path, tmp_path: Path) -> None:
+def test_apply_refuses_a_checkout_whose_changes_are_in_its_way_and_changes_nothing(repo: Path, tmp_path: Path) -> None:
+    """As git merge: an uncommitted change to a file the apply changes, or an untracked file
+    where it puts one, refuses the apply; the branch is put back and no file is touched."""
+    _task(repo, tmp_path, "t1", COMMIT_A + 'echo "theirs" > README.md\nrgit commit -q -am "readme"\n')
+    refs = git(repo, "for-each-ref")
+    for mine, path in (("my own edit\n", "README.md"), ("mine\n", "feature.txt")):
+        (repo / path).write_text(mine)
+        proc = ccm("task", "apply", "t1", cwd=repo)
+        assert proc.returncode == 8, proc.stderr
+        assert "uncommitted changes" in proc.stderr and path in proc.stderr and "put back" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+        assert git(repo, "for-each-ref") == refs
+        assert (repo / path).read_text() == mine
+        assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "COMMITTED"
+        (repo / path).unlink() if path == "feature.txt" else git(repo, "checkout", "--", path)
+    assert not (repo / "feature.txt").exists() and git(repo, "status", "--porcelain") == ""
+
+
+def test_apply_keeps_the_persons_changes_out_of_its_way(repo: Path, tmp_path: Path) -> None:
+    """Changes to files the apply does not touch stay as they were, staged or not, and the
+    checkout is brought up to date around them (no status walk of the tree first)."""
     _task(repo, tmp_path, "t1")
     (repo / "README.md").write_text("my own edit\n")
-    refs = git(repo, "for-each-ref")
-    proc = ccm("task", "apply", "t1", cwd=repo)
-    assert proc.returncode == 8, proc.stderr
-    assert "uncommitted changes" in proc.stderr and "README.md" in proc.stderr
-    assert git(repo, "for-each-ref") == refs
-    assert (repo / "README.md").read_text() == "my own edit\n" and not (repo / "feature.txt").exists()
-    assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "COMMITTED"
+    (repo / "notes.txt").write_text("staged\n")
+    git(repo, "add", "notes.txt")
+    proc = ccm("task", "apply", "t1", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (repo / "feature.txt").read_text() == "feature\n"
+    assert (repo / "README.md").read_text() == "my own edit\n"
+    assert git(repo, "diff", "--name-only") == "README.md" and git(repo, "diff", "--cached", "--name-only") == "notes.txt"
+    assert git(repo, "rev-parse", "HEAD") == _json(proc)["applied"]["new"]
 
 
 def test_apply_into_a_branch_not_checked_out_touches_no_work_tree(repo: Path, tmp_path: Path) -> None:
