@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         checkout_with_index,
         clean_with_index,
         fast_forward_checkout,
+        files_match_index,
         hidden_by_index_flags,
         ignored_untracked,
         refresh_with_index,
@@ -154,7 +155,7 @@ __all__ = [
     "changed_with_index", "index_from", "index_tree", "reset_index", "stage_with_index",
     "check_ignore", "checkout_with_index", "clean_with_index", "fast_forward_checkout", "hidden_by_index_flags", "ignored_untracked",
     "IgnoreRule", "refresh_with_index", "reset_hard", "reset_work_tree", "restore_path", "restore_paths", "sparse_set_cone",
-    "status", "status_with_index", "status_without_trusting_index", "staged_changes", "unsplit_index", "KeptIndex", "StatusEntry", "untracked_matching", "worktree_add", "worktree_add_bare",
+    "files_match_index", "status", "status_with_index", "status_without_trusting_index", "staged_changes", "unsplit_index", "KeptIndex", "StatusEntry", "untracked_matching", "worktree_add", "worktree_add_bare",
     "worktree_list", "worktree_prune", "worktree_remove", "worktree_unlock", "WorktreeEntry",
     "config_entries", "config_file_create", "config_file_set", "global_config_files", "may_set", "object_format", "remote_url",
 ]

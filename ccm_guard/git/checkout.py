@@ -236,8 +236,8 @@ def _config_env(*pairs: tuple[str, str]) -> dict[str, str]:
 
 # A private index is whole: a split one would link to a shared index in the git dir,
 # which the agent can write (core.splitIndex).
-_PRIVATE_INDEX_CONFIG = _config_env(("core.sparseCheckout", "false"), ("index.sparse", "false"),
-                                    ("core.splitIndex", "false"))
+_PRIVATE_INDEX = (("core.sparseCheckout", "false"), ("index.sparse", "false"), ("core.splitIndex", "false"))
+_PRIVATE_INDEX_CONFIG = _config_env(*_PRIVATE_INDEX)
 
 
 def checkout_with_index(repo: Repo, index: Path, rev: str) -> None:
@@ -258,11 +258,20 @@ def status_with_index(repo: Repo, index: Path) -> list[StatusEntry]:
     return _status(repo, ignored=True, untracked=True, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
 
 
+def files_match_index(repo: Repo, index: Path) -> bool:
+    """Whether every file of the index file `index` is in repo.work_tree exactly as recorded
+    (its stat data, else its content): `diff-files`, which lists no directory, so an
+    untracked file goes unseen (the caller proves there is none another way)."""
+    env = {"GIT_INDEX_FILE": str(index), **_config_env(*_PRIVATE_INDEX, *_STAT_RULES)}
+    return run(["diff-files", "--quiet", "--ignore-submodules=none"], repo, env=env, check=False).returncode == 0
+
+
 # Stat data decides which files git reads: no config may loosen how it is compared. (A
 # sparse task's own settings stay: its skipped files are absent, not deleted, and one
 # written outside the cone is seen as git sees it in the task.)
-_STAT_CHECKED = _config_env(("core.trustCtime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"),
-                            ("core.splitIndex", "false"))
+_STAT_RULES = (("core.trustCtime", "true"), ("core.checkStat", "default"), ("core.ignoreStat", "false"),
+               ("core.splitIndex", "false"))
+_STAT_CHECKED = _config_env(*_STAT_RULES)
 
 
 def unsplit_index(repo: Repo, index: Path) -> None:

@@ -104,7 +104,7 @@ def take(registry: Registry, repo: Path, task: str, branch: str, base: str, dest
         while (entry := claim(registry, repo, task)) is not None:
             failpoints.point("pool-after-claim")
             try:
-                if problem(entry) is None:
+                if problem(entry, trust_proof=True) is None:
                     return _hand_over(registry, entry, branch, base, dest)
             except GitError:
                 # Unusable (its base pruned away, say): a fresh worktree may well work.

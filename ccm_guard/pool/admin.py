@@ -27,6 +27,7 @@ from ccm_guard.pool.records import (
     insert,
     open_registry,
     problem,
+    record_proof,
     set_fields,
 )
 from ccm_guard.state.home import home, repo_key
@@ -156,6 +157,7 @@ def _settle(registry: Registry, made: list[Entry]) -> None:
     for entry in made:
         git.refresh_with_index(entry.pool_repo(), entry.index)
         set_fields(registry, entry, fingerprint=identity(entry.index))
+        record_proof(registry, entry)
         why = problem(entry)
         if why is not None:
             raise StateError(f"a new pool entry is not pristine: {why}; is something writing to {entry.path}?")

@@ -30,6 +30,7 @@ from ccm_guard.pool.records import (
     identity,
     open_registry,
     problem,
+    record_proof,
     set_fields,
 )
 from ccm_guard.pool.refiller import detached, recent_base
@@ -112,6 +113,7 @@ def finish_returns(ids: list[str], registry: Registry | None = None) -> None:
             git.checkout_with_index(repo, entry.index, base)
             git.clean_with_index(repo, entry.index)
             set_fields(registry, entry, base=base, fingerprint=identity(entry.index))
+            record_proof(registry, entry)
             why = problem(entry)
             if why is not None:
                 raise GitError(f"not pristine after reset and clean: {why}")

@@ -671,3 +671,74 @@ def test_a_refiller_gives_the_pending_lock_up_before_it_counts_what_is_missing(
     monkeypatch.setattr(refiller, "refill_now", counting)
     refiller.refill([str(common), str(pending)])
     assert free_when_counting == [True]
+
+
+def _filled(repo: Path) -> tuple[Registry, Any]:
+    pool_cmd(repo, "fill", "-n", "1")
+    registry = pool.open_registry(Registry())
+    (entry,) = pool.entries(registry, None, ("ready",))
+    return registry, entry
+
+
+def test_a_take_trusts_the_proof_made_with_the_full_check_and_walks_nothing(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status walk of a pooled tree runs when the entry is made or comes back; a take
+    checks the directories' identities and has diff-files compare the tracked files."""
+    from ccm_guard import git as gitapi
+    from ccm_guard.pool import records
+
+    registry, entry = _filled(repo)
+    assert entry.proof and entry.dirs.is_file()
+    listed = {line.split(" ", 3)[3] for line in entry.dirs.read_text().splitlines()}
+    assert listed == {"", "src", "docs", "lib", "lib/sub", "lib/other"}
+    monkeypatch.setattr(gitapi, "status_with_index", lambda *a: pytest.fail("the tree was walked"))
+    assert records.problem(entry, trust_proof=True) is None
+
+
+@pytest.mark.parametrize("tamper", ["untracked", "ignored", "empty-dir", "edited-same-size", "chmod", "proof-rewritten",
+                                    "removed", "replaced-dir"])
+def test_anything_changed_since_the_proof_is_found_by_the_walk(repo: Path, tamper: str) -> None:
+    """Each change shows in a directory's identity or in diff-files; then the take walks the
+    tree, which names it (an empty directory, or a directory made anew around the same
+    file, is no leftover as git sees it, but the proof does not vouch for it either)."""
+    from ccm_guard.pool import records
+
+    registry, entry = _filled(repo)  # the repository ignores *.log
+    root = Path(entry.path)
+    walked: list[bool] = []
+    real = records._unchanged_since_proof
+    if tamper == "untracked":
+        (root / "lib/sub/new.py").write_text("x\n")
+    elif tamper == "ignored":
+        (root / "lib/other/debug.log").write_text("x\n")
+    elif tamper == "empty-dir":
+        (root / "lib/sub/empty").mkdir()
+    elif tamper == "edited-same-size":
+        path = root / "lib/sub/deep.txt"
+        st = path.stat()
+        path.write_text("DEEP\n")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back: the ctime moved
+    elif tamper == "chmod":
+        (root / "docs/guide.md").chmod(0o755)
+    elif tamper == "proof-rewritten":
+        (root / "src/planted.py").write_text("x\n")
+        lines = []
+        for line in entry.dirs.read_text().splitlines():
+            rel = line.split(" ", 3)[3]
+            st = os.lstat(root / rel)
+            lines.append(f"{st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns} {rel}")
+        entry.dirs.write_text("\n".join(lines) + "\n")  # as it would be: its own identity is not
+    elif tamper == "removed":
+        (root / "docs/guide.md").unlink()
+    elif tamper == "replaced-dir":
+        os.rename(root / "lib/other", root / "lib/gone")
+        (root / "lib/other").mkdir()
+        os.rename(root / "lib/gone/x.txt", root / "lib/other/x.txt")
+        os.rmdir(root / "lib/gone")
+    walked.append(real(entry))
+    found = records.problem(entry, trust_proof=True)
+    assert walked == [False]
+    if tamper in ("empty-dir", "replaced-dir"):  # the same files, as git sees them: pristine after the walk
+        assert found is None
+    else:
+        assert found is not None and "leftover" in found
