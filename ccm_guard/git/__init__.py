@@ -125,7 +125,9 @@ if TYPE_CHECKING:
         RefTree,
         all_reachable,
         branch_taken,
+        branch_tip,
         check_branch_name,
+        current_branch,
         delete_ref,
         drop_ref,
         fetch_ref,
@@ -145,7 +147,7 @@ if TYPE_CHECKING:
 __all__ = [
     "binary", "describe_failure", "discover", "discover_commit", "Discovered", "environment", "HARDENING", "is_oid", "Repo", "Result",
     "run",
-    "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "branch_taken", "worktree_stash", "all_reachable", "ref_trees",
+    "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "branch_taken", "branch_tip", "current_branch", "worktree_stash", "all_reachable", "ref_trees",
     "refs_under", "RefTree", "resolve_commit", "set_symbolic_head", "symbolic_head", "try_update_ref", "update_ref",
     "blob_at", "blob_sizes", "blobs", "peeled", "file_at", "files_at", "hash_file", "hash_files", "object_type",
     "tree_blobs", "tree_of", "tree_paths", "tree_size", "trees_of", "verify_commit_graph", "verify_midx", "verify_pack",

@@ -34,6 +34,43 @@ def set_symbolic_head(repo: Repo, ref: str) -> None:
     run(["symbolic-ref", "HEAD", ref], repo)
 
 
+def branch_tip(repo: Repo, ref: str) -> str | None:
+    """What the branch `ref` (refs/heads/...) points at, or None where there is none: read
+    from the files as git reads them (the loose ref, else its packed-refs record), with no
+    git process; git answers (peeled to a commit) wherever the files cannot say plainly:
+    a symbolic or broken loose ref, reftable, an unreadable or oversized packed-refs."""
+    common = repo.common_dir
+    if not repo.untrusted and ref.startswith("refs/heads/") and not os.path.lexists(common / "reftable"):
+        loose = read_regular(common / ref, 100)
+        if loose is not None:
+            value = loose.strip().decode("ascii", "replace")
+            if is_oid(value):
+                return value
+        elif not os.path.lexists(common / ref):
+            packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
+            if packed is None and not os.path.lexists(common / "packed-refs"):
+                return None
+            if packed is not None and len(packed) <= _READ_LIMIT:
+                end = packed.find(f" {ref}\n".encode())
+                if end < 0:
+                    return None
+                value = packed[packed.rfind(b"\n", 0, end) + 1:end].decode("ascii", "replace")
+                if is_oid(value):
+                    return value
+    return resolve_commit(repo, ref)
+
+
+def current_branch(repo: Repo) -> str | None:
+    """The branch a checkout's HEAD (in repo.git_dir) names, or None (detached): read from
+    the file, git asked only where it is not plainly `ref: refs/heads/...`."""
+    data = read_regular(repo.git_dir / "HEAD", 1024)
+    if data is not None and data.startswith(b"ref: refs/heads/") and data.endswith(b"\n") and data.count(b"\n") == 1:
+        return data[5:-1].decode("utf-8", "surrogateescape")
+    if data is not None and is_oid(data.strip()):
+        return None
+    return symbolic_head(repo)
+
+
 def ref_exists(repo: Repo, ref: str) -> bool:
     return run(["rev-parse", "--verify", "--quiet", ref], repo, check=False).returncode == 0
 

@@ -19,10 +19,11 @@ import random
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from ccm_guard import failpoints, git, worktree
 from ccm_guard.errors import ApplyRefused, GitError, RepoError, StateError, UsageError
+from ccm_guard.files import read_regular
 from ccm_guard.git import layout
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.registry import Registry, Task, pid_alive
@@ -91,7 +92,7 @@ def _judged_head(host: git.Repo, task: Task) -> str:
         raise StateError(f"task {task.id} is {task.status}: only a task that passed its gates (COMMITTED) "
                          f"can be applied; `ccm-guard audit --accept {task.id}` judges it again and, if it "
                          "passes, records it as COMMITTED")
-    head = git.resolve_commit(host, f"refs/heads/{task.branch}")
+    head = git.branch_tip(host, f"refs/heads/{task.branch}")
     if head is None:
         raise StateError(f"task {task.id}'s branch {task.branch} is gone: `ccm-guard task restore {task.id}`")
     judged = json.loads(task.verdict).get("head") if task.verdict else None
@@ -125,7 +126,7 @@ def resolve_target(host: git.Repo, task: Task, into: str | None) -> Target:
     (pushed to on the branch of the same name as your checkout's). Default: the branch
     checked out where exec was started."""
     if into is None or os.path.isdir(into or ""):
-        current = git.symbolic_head(git.Repo(Path(task.main_git_dir), Path(task.repo)))
+        current = git.current_branch(git.Repo(Path(task.main_git_dir), Path(task.repo)))
         if current is None or not current.startswith("refs/heads/"):
             raise UsageError(f"{task.main_worktree} is on a detached HEAD: pass --into BRANCH")
         if into is not None:
@@ -174,7 +175,7 @@ def build(host: git.Repo, task: Task, head: str, old: str, strategy: str) -> str
 def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, target: Target,
                  strategy: str) -> Applied:
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        old = git.resolve_commit(host, target.ref)
+        old = git.branch_tip(host, target.ref)
         if old is None:
             raise UsageError(f"branch {target.name} does not exist: create it first")
         new = build(host, task, head, old, strategy)
@@ -315,6 +316,9 @@ def checked_out(host: git.Repo, ref: str, main_worktree: Path) -> git.Repo | Non
     """The checkout that has `ref` checked out, if one has. `main_worktree`: where exec
     ran; git names a checkout whose git dir is separate (`git init --separate-git-dir`,
     a submodule's) by its git dir, and only the task's record knows its files."""
+    plain = _plain_checkout(host.common_dir, ref, main_worktree)
+    if plain is not False:
+        return plain
     for entry in git.worktree_list(host):
         if entry.branch == ref and entry.path.is_dir():
             path = entry.path
@@ -328,6 +332,28 @@ def checked_out(host: git.Repo, ref: str, main_worktree: Path) -> git.Repo | Non
                                 "there yourself")
             return found.repo()
     return None
+
+
+def _plain_checkout(common: Path, ref: str, main_worktree: Path) -> git.Repo | None | Literal[False]:
+    """`checked_out` from the files, with no git process, where they say it plainly: None
+    when no HEAD of the repository names `ref`; the main checkout at `main_worktree` when
+    only its HEAD does and its `.git` is the common dir. False: git's worktree list must say
+    (a linked worktree has it, or a HEAD or `.git` that is not a plain file or directory)."""
+    want = f"ref: {ref}\n".encode()
+    named = []
+    for head in [common / "HEAD", *sorted(common.glob("worktrees/*/HEAD"))]:
+        data = read_regular(head, 4096)
+        if data is None or (data != want and data.split() == want.split()):
+            return False  # a link, or the ref spelled otherwise than git writes it
+        if data == want:
+            named.append(head)
+    if not named:
+        return None
+    dot_git = main_worktree / ".git"
+    if named == [common / "HEAD"] and os.path.isdir(dot_git) and not os.path.islink(dot_git) \
+            and os.path.samefile(dot_git, common):
+        return git.Repo(common, common, main_worktree)
+    return False
 
 
 def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str) -> None:

@@ -117,9 +117,13 @@ def test_apply_hashes_a_freshened_pack_and_asks_git_only_of_a_written_index(
     written, old = (1, 1, 1, int((since + 10) * 1e9)), (1, 1, 1, 0)
 
     def forged(*, index_written: bool, verifies: bool = True) -> list[str]:
+        def verify_pack(i: Path, fmt: str = "sha1") -> bool:
+            asked.append(i)
+            return verifies
+
         monkeypatch.setattr(objects, "inventory", lambda d: {f"pack/{pack.name}": written,
                                                               f"pack/{idx.name}": written if index_written else old})
-        monkeypatch.setattr(git, "verify_pack", lambda i, fmt="sha1": asked.append(i) or verifies)
+        monkeypatch.setattr(git, "verify_pack", verify_pack)
         return objects.forged_since(objs, since)
 
     asked: list[Path] = []
@@ -834,3 +838,27 @@ def test_the_kept_index_of_a_split_index_repository_is_whole(tmp_path: Path) -> 
     listed = subprocess.run(["git", "ls-files", "-s"], cwd=repo, capture_output=True, text=True,
                             env={**os.environ, "GIT_INDEX_FILE": str(copy.path)})
     assert listed.returncode == 0 and "a.txt" in listed.stdout and "b.txt" in listed.stdout, listed.stderr
+
+
+def test_a_branch_tip_and_the_current_branch_are_read_from_the_files_as_git_reads_them(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """task apply reads the task's branch, the target and the checkout's HEAD with no git
+    process where the files say it plainly, and agrees with git; git answers the rest."""
+    from ccm_guard.git import refs
+
+    head = gitcmd(repo, "rev-parse", "HEAD")
+    gitcmd(repo, "branch", "packed")
+    gitcmd(repo, "pack-refs", "--all")
+    gitcmd(repo, "commit", "-q", "--allow-empty", "-m", "two")
+    gitcmd(repo, "branch", "loose")
+    two = gitcmd(repo, "rev-parse", "HEAD")
+    host = git.Repo(repo / ".git", repo / ".git", repo)
+    monkeypatch.setattr(refs, "run", lambda *a, **k: pytest.fail(f"git was run: {a}"))
+    assert {name: git.branch_tip(host, f"refs/heads/{name}") for name in ("packed", "loose", "main", "none")} == \
+        {"packed": head, "loose": two, "main": two, "none": None}
+    assert git.current_branch(host) == "refs/heads/main"
+    monkeypatch.undo()
+    gitcmd(repo, "symbolic-ref", "refs/heads/alias", "refs/heads/loose")  # symbolic: git peels it
+    assert git.branch_tip(host, "refs/heads/alias") == two
+    gitcmd(repo, "checkout", "-q", "--detach")
+    assert git.current_branch(host) is None

@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ccm, git, make_repo, run_exec, write_agent
 
 COMMIT_A = 'echo "feature" > feature.txt\nrgit add feature.txt\nrgit commit -q -m "add feature"\n'
@@ -381,3 +383,23 @@ def test_apply_never_brings_along_a_checkout_of_another_branch(tmp_path: Path) -
     assert proc.returncode == 5 and "cannot find" in proc.stderr, proc.stdout + proc.stderr
     assert git(linked, "status", "--porcelain") == "" and git(repo, "status", "--porcelain") == ""
     assert git(repo, "log", "-1", "--format=%s") == "initial"
+
+
+def test_which_checkout_has_the_target_is_read_from_the_files_where_plain(repo: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The main checkout, or none, needs no git process; a branch a linked worktree has
+    checked out is git's worktree list to find, and both answers agree with git's."""
+    from ccm_guard import git as gitapi
+    from ccm_guard.worktree import apply as applying
+
+    host = gitapi.Repo(repo / ".git", repo / ".git")
+    git(repo, "branch", "side")
+    git(repo, "branch", "free")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "linked"), "side")
+    monkeypatch.setattr(gitapi, "worktree_list", lambda *a: pytest.fail("git was asked"))
+    found = applying.checked_out(host, "refs/heads/main", repo)
+    assert found is not None and found.work_tree == repo and found.git_dir == repo / ".git"
+    assert applying.checked_out(host, "refs/heads/free", repo) is None
+    monkeypatch.undo()
+    linked = applying.checked_out(host, "refs/heads/side", repo)
+    assert linked is not None and linked.work_tree is not None and linked.work_tree.resolve() == (tmp_path / "linked").resolve()
