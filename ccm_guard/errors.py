@@ -30,7 +30,7 @@ class ExitCode(enum.IntEnum):
     GIT = 6, "git failed, or ccm-guard refused to run git on tampered repository metadata"
     STATE = 7, "ccm-guard state error (unknown task, registry problem, illegal status change)"
     APPLY_REFUSED = 8, ("apply refused: the merge conflicts, or the checked-out target has uncommitted changes "
-                        "(nothing was changed)")
+                        "in its way (nothing was changed)")
     BLOCKED = 9, "the agent is blocked on a question (question.json); `task resume` continues"
     SETUP_FAILED = 10, "the setup step failed (--setup, the policy's setup): the agent did not run"
     NOT_EXECUTABLE = 126, "the agent command is not executable"

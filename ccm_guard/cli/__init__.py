@@ -1,18 +1,19 @@
 """Command line: parse, call one function, render. No git and no policy here.
 
-Each command lives in the module of its concern and is added to the main group here,
-so nothing below imports this module back.
+Each command lives in the module of its concern and is named to the main group here, so
+nothing below imports this module back. A command's module is imported when the command
+is run (or listed, for --help and completion): `exec` does not pay for the others.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
 import click
 
 from ccm_guard import __version__
-from ccm_guard.cli import demo, exec, gc, pool, repo, task
 from ccm_guard.cli.options import CONTEXT
 from ccm_guard.errors import EXIT_CODE_TABLE, ExitCode
 from ccm_guard.text import safe
@@ -21,9 +22,29 @@ from ccm_guard.text import safe
 _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
+# name -> (module under ccm_guard.cli, the click command in it)
+_COMMANDS = {
+    "exec": ("exec", "exec_cmd"), "audit": ("exec", "audit"), "demo": ("demo", "demo"), "task": ("task", "task"),
+    "policy": ("repo", "policy"), "check-paths": ("repo", "check_paths"), "verify": ("repo", "verify"),
+    "install": ("repo", "install"), "uninstall": ("repo", "uninstall"), "hook": ("repo", "hook"),
+    "roots": ("repo", "roots"), "gc": ("gc", "gc_cmd"), "pool": ("pool", "pool"),
+}
+
+
 class _OneLineErrors(click.Group):
     """click's own usage errors as ccm-guard's errors are: one line naming the problem and
-    where the fix is (click prints four: usage, a hint, a blank line, the error)."""
+    where the fix is (click prints four: usage, a hint, a blank line, the error). Commands
+    are loaded by name (`_COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module, name = _COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(f"ccm_guard.cli.{module}"), name)
+        return command
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -68,7 +89,3 @@ def main() -> None:
     State (registry, worktrees, logs) lives under $CCM_GUARD_HOME (default ~/.ccm).
     """
 
-
-for command in (exec.exec_cmd, exec.audit, demo.demo, task.task, repo.policy, repo.check_paths, repo.verify, repo.install,
-                repo.uninstall, repo.hook, repo.roots, gc.gc_cmd, pool.pool):
-    main.add_command(command)
