@@ -35,6 +35,9 @@ from ccm_guard.state.registry import Registry, Task
 from ccm_guard.worktree.sparse import sparse_role
 
 
+INCLUDE_FILE = ".worktreeinclude"  # ccm_guard.worktree.include's (a test holds the two equal)
+
+
 class PlainDirectory(Exception):
     """The run's start is in no git repository (nothing was created): a copied directory's case."""
 
@@ -99,10 +102,10 @@ def _setup(opts: ExecOptions, role: Role, task: Task, pins: Pins, armed: prevent
 
 def _copy_included(main_top: Path, new: Path, link_dirs: bool) -> list[str]:
     """The ignored files `.worktreeinclude` names (.env, node_modules/, ...), as Claude Code does."""
-    from ccm_guard.worktree.include import INCLUDE_FILE, copy_included
-
     if not os.path.lexists(main_top / INCLUDE_FILE):
-        return []
+        return []  # as in most repositories: the copying module is not imported
+    from ccm_guard.worktree.include import copy_included
+
     with progress.step(f"copying the files {INCLUDE_FILE} names"):
         result = copy_included(main_top, new, link_dirs)
     how = ", ".join(f"{n} by {kind}" for kind, n in sorted(result.by_how.items()))

@@ -118,6 +118,8 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
 
 
 def _from_pool(p: Plan, registry: Registry, asked: bool) -> Path | None:
+    if not asked and not _pool_exists():
+        return None  # no pool was ever made: its tables and modules are not opened
     from ccm_guard import pool
 
     if not asked and not pool.has_pool(registry, p.main.common_dir):

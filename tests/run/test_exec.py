@@ -338,7 +338,9 @@ def test_judging_is_imported_while_the_agent_runs_not_before(repo: Path, tmp_pat
 import json, sys
 from ccm_guard.agent import runner
 from ccm_guard.run.exec import JUDGING_MODULES
-heavy = (*JUDGING_MODULES, "ccm_guard.detect.gates", "ccm_guard.detect.context", "ccm_guard.cli.render")
+heavy = (*JUDGING_MODULES, "ccm_guard.detect.gates", "ccm_guard.detect.context", "ccm_guard.cli.render",
+         # and what a plain repository does not need: no pool, no .worktreeinclude, no other command
+         "ccm_guard.pool", "ccm_guard.worktree.include", "ccm_guard.cli.demo", "ccm_guard.cli.task", "hashlib")
 real = runner.run
 def run(*args, **kwargs):
     with open({str(seen)!r}, "w") as f:
@@ -353,6 +355,13 @@ main(["exec", "--json", "--", {str(agent)!r}], prog_name="ccm-guard")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outcome"] == "pass"
     assert json.loads(seen.read_text()) == []
+
+
+def test_the_include_file_exec_looks_for_is_the_one_the_copier_reads() -> None:
+    from ccm_guard.run import exec as running
+    from ccm_guard.worktree import include
+
+    assert running.INCLUDE_FILE == include.INCLUDE_FILE
 
 
 def test_a_split_index_repository_runs_clean(repo: Path, tmp_path: Path) -> None:
