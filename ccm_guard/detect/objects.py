@@ -15,7 +15,7 @@ import dataclasses
 import os
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ccm_guard.digest import hasher
 from ccm_guard.files import open_regular, read_regular
@@ -87,7 +87,8 @@ def compare(objects_dir: Path, before: dict[str, Identity], after: dict[str, Ide
     altered = [
         rel
         for rel, ident in before.items()
-        if rel in after and after[rel] != ident and not verify(objects_dir / rel, before_size=ident[1])
+        if rel in after and after[rel] != ident
+        and not verify(objects_dir / rel, before_size=ident[1], kept=lambda r: r in before and after.get(r) == before[r])
     ]
     new_packs = [rel for rel in new if rel.startswith("pack/") and rel.endswith(".idx")]
     loose = [rel for rel in gone if _is_fanout(rel[:2])]
@@ -125,8 +126,9 @@ def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -
     """Object files written at or after `since` (seconds) that do not hold what their names
     say: loose objects re-hashed; a pack of which only the .pack was written (git's
     freshening sets its times whenever a commit writes an object it holds) hashed against
-    its name; a pack with any other file written (a pack rewritten in place keeps its old
-    index), and a multi-pack index, verified by git."""
+    its name and the index made for it; a written .pack must hold its name, and a pack with
+    any other file written (a pack rewritten in place keeps its old index), and a
+    multi-pack index, are verified by git."""
     from ccm_guard import git
 
     threshold = int((since - 1) * 1e9)  # a second's slack, as file times are coarse somewhere
@@ -147,10 +149,14 @@ def forged_since(objects_dir: Path, since: float, object_format: str = "sha1") -
         if stem == "pack/multi-pack-index":
             if not git.verify_midx(objects_dir, object_format):
                 found.append(stem)
-        elif written == {"pack"} and _freshened(objects_dir / f"{stem}.pack", objects_dir / f"{stem}.idx"):
             continue
-        elif os.path.lexists(objects_dir / f"{stem}.idx") and not git.verify_pack(objects_dir / f"{stem}.idx",
-                                                                                  object_format):
+        pack, idx = objects_dir / f"{stem}.pack", objects_dir / f"{stem}.idx"
+        # A pack not written since is as trusted as before; one written is the one git
+        # wrote only if it holds its name (verify-pack passes any pair that agree).
+        authentic = "pack" not in written or holds_its_name(pack)
+        if written == {"pack"} and authentic and _made_for(idx, pack):
+            continue  # freshened: no object of it needs looking at
+        if not (authentic or "idx" not in written) or (os.path.lexists(idx) and not git.verify_pack(idx, object_format)):
             found.append(f"{stem}.idx")
     return found
 
@@ -176,12 +182,11 @@ def holds_its_name(pack: Path) -> bool:
     return left == 0 and digest.digest() == trailer == bytes.fromhex(name)
 
 
-def _freshened(pack: Path, idx: Path) -> bool:
-    """A .pack written since while its index was not: git's freshening, if the bytes are
-    still those named, and the index (untouched) was made for those bytes."""
+def _made_for(idx: Path, pack: Path) -> bool:
+    """Whether the index records the pack's name as the checksum of the pack it was made for."""
     size = (len(pack.name) - len("pack-.pack")) // 2
     recorded = read_regular(idx, 2 * size, tail=True)
-    return holds_its_name(pack) and recorded is not None and recorded[:size].hex() == pack.name[5:-5]
+    return recorded is not None and len(recorded) == 2 * size and recorded[:size].hex() == pack.name[5:-5]
 
 
 def _forged_loose(path: Path) -> bool:
@@ -203,10 +208,11 @@ def pack_names(idx: Path, oid_len: int) -> set[str]:
     return {data[start + i * oid_len: start + (i + 1) * oid_len].hex() for i in range(count)}
 
 
-def verify(path: Path, before_size: int) -> bool:
-    """True when the file still holds exactly what its name promises."""
+def verify(path: Path, before_size: int, kept: Callable[[str], bool] = lambda rel: False) -> bool:
+    """True when the file still holds exactly what its name promises. `kept(rel)`: whether
+    another object file (pack/<name>) is as it was, identity and all."""
     if path.parent.name == "pack":
-        return _pack_file_ok(path, before_size)
+        return _pack_file_ok(path, before_size, kept)
     try:
         data = _read(path)
     except OSError:
@@ -214,25 +220,32 @@ def verify(path: Path, before_size: int) -> bool:
     return len(data) == before_size and _loose_ok(path, data)
 
 
-def _pack_file_ok(path: Path, before_size: int) -> bool:
-    """A pack file from before the run whose identity changed. Git's freshening sets a
-    .pack's times and nothing else: one of the same size that still hashes to its name
-    costs a hash. Anything else is verified by git, every object re-hashed: an index's
-    own checksum proves nothing of what it maps (rewritten in place, two objects can
-    trade places and the checksum be made good), nor does a pack named otherwise."""
+def _pack_file_ok(path: Path, before_size: int, kept: Callable[[str], bool]) -> bool:
+    """A pack file from before the run whose identity changed, and so maybe its bytes.
+
+    Git's freshening sets a .pack's times and nothing else, and git names a pack after the
+    checksum its bytes end in: a .pack of the same size that still hashes to its name is
+    the one git wrote. Otherwise only git's check against the pack's unchanged index
+    vouches for it (a pack named the old way, by git before 1.8.5): `git verify-pack`
+    alone passes any pack and index that agree with each other, the person's objects
+    left out. An index is named after its pack, not its own bytes: a changed one passes
+    only beside a pack that is the one git wrote, and git then verifies every object it
+    maps."""
     from ccm_guard import git
 
+    stem, _, suffix = path.name.rpartition(".")
     try:
-        if os.lstat(path).st_size != before_size:
-            return False
+        if os.lstat(path).st_size != before_size or suffix not in ("pack", "idx"):
+            return False  # .keep, .rev, .bitmap ... are not rewritten by a normal run
     except OSError:
         return False
-    if path.name.endswith(".pack") and holds_its_name(path):
+    pack, idx = path.with_name(f"{stem}.pack"), path.with_name(f"{stem}.idx")
+    if suffix == "pack" and holds_its_name(pack):
         return True
-    idx = path.with_name(path.name.rpartition(".")[0] + ".idx")
-    if not path.name.endswith((".pack", ".idx")) or not os.path.lexists(idx):
-        return False  # .keep, .rev, .bitmap ... are not rewritten by a normal run
-    return git.verify_pack(idx, "sha256" if len(idx.name) == len("pack-.idx") + 64 else "sha1")
+    other = idx if suffix == "pack" else pack
+    if not (kept(f"pack/{other.name}") or (suffix == "idx" and holds_its_name(pack))):
+        return False
+    return os.path.lexists(idx) and git.verify_pack(idx, "sha256" if len(stem) == len("pack-") + 64 else "sha1")
 
 
 _CHUNK = 1 << 16

@@ -211,8 +211,14 @@ def _delete_loose(repo: Repo, ref: str, old: str) -> bool | None:
         if value is None or value.strip() != old.encode():
             return False
         for place in (common / "logs" / ref, path):  # the reflog first, as git does
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(place)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                # Not a file (the agent can make its reflog a directory): git copes with
+                # that, and nothing is gone yet if it is the reflog that would not go.
+                return False if place != path else None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(lock)

@@ -112,12 +112,16 @@ def _require_sound_store(registry: Registry, host: git.Repo, task: Task) -> None
     was at work on the repository since (the person's own objects need no check)."""
     from ccm_guard.detect.objects import forged_since
 
-    if not [t for t in registry.at_work(task.repo, since=task.created_at) if t.id != task.id]:
+    others = [t for t in registry.at_work(task.repo, since=task.created_at) if t.id != task.id]
+    if not others:
         return
-    forged = forged_since(host.common_dir / "objects", task.created_at, git.object_format(host.common_dir))
+    # From when the first of them began: one that began earlier may have forged a file
+    # before this task began, and this task's commit then only freshened it.
+    since = min(task.created_at, *(t.created_at for t in others))
+    forged = forged_since(host.common_dir / "objects", since, git.object_format(host.common_dir))
     if forged:
-        raise ApplyRefused(f"{len(forged)} object file(s) added since task {task.id} began do not hold what their "
-                           f"names say ({forged[0]}): another agent may have forged them; find out with `git fsck` "
+        raise ApplyRefused(f"{len(forged)} object file(s) written while other tasks were at work do not hold what "
+                           f"their names say ({forged[0]}): another agent may have forged them; find out with `git fsck` "
                            "(and `ccm-guard task list`: which run was at work), then apply again")
 
 

@@ -140,6 +140,50 @@ def test_the_persons_pack_index_rewritten_with_a_good_checksum_fails_the_run(rep
     assert f"pack/{idx.name}" in all_paths(res, "git-metadata")
 
 
+# The person's pack and its index rewritten in place with another pair that agrees with
+# itself (git verify-pack passes it) and has the same sizes, one of their objects left out:
+# a padding blob is grown until the new pack is exactly as long as the old.
+SWAP_PACK = r"""victim=$(git rev-parse main:src/app.py)
+python3 - "$objects" "$victim" <<'PY'
+import glob, os, subprocess, sys
+objects, victim = sys.argv[1], sys.argv[2]
+pack = glob.glob(f"{objects}/pack/pack-*.pack")[0]
+idx = pack[:-5] + ".idx"
+size = os.path.getsize(pack)
+run = lambda *a, **k: subprocess.run(["git", *a], capture_output=True, text=True, check=True, **k).stdout
+rows = [r.split() for r in run("verify-pack", "-v", idx).splitlines()]
+keep = [r[0] for r in rows if len(r) >= 5 and len(r[0]) == 40 and r[0] != victim]
+noise = os.urandom(4096).hex()
+for n in range(1, 4000):
+    pad = run("hash-object", "-w", "--stdin", input=noise[:n]).strip()
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"swap-{os.getpid()}-{n}")  # the agent's own
+    name = run("pack-objects", "-q", out, input="\n".join([*keep, pad]) + "\n").strip()
+    if os.path.getsize(f"{out}-{name}.pack") == size:
+        break
+else:
+    raise SystemExit("no pack of the same size")
+for src, dst in ((f"{out}-{name}.pack", pack), (f"{out}-{name}.idx", idx)):
+    os.chmod(dst, 0o644)
+    with open(dst, "r+b") as fh:
+        fh.write(open(src, "rb").read())
+        fh.truncate()
+PY"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_the_persons_pack_swapped_for_one_that_agrees_with_itself_fails_the_run(repo: Path, tmp_path: Path,
+                                                                                 sandbox: str) -> None:
+    """git verify-pack passes any pack and index that agree with each other: a changed pack
+    passes only if its bytes still hash to its name (found by a review of the fix above)."""
+    git(repo, "gc", "-q")
+    res = run_exec(repo, _agent(tmp_path, SWAP_PACK), "--sandbox", sandbox)
+    assert plain_git(repo, "cat-file", "-e", "main:src/app.py").returncode != 0  # the person's blob is gone
+    assert res.code == 1
+    assert "existing object file(s) were rewritten" in res.reasons("git-metadata")
+    pack = next((repo / ".git/objects/pack").glob("pack-*.pack"))
+    assert {f"pack/{pack.name}", f"pack/{pack.stem}.idx"} <= set(all_paths(res, "git-metadata"))
+
+
 def test_a_pack_git_freshened_passes_and_apply_checks_it_by_its_name(repo: Path, tmp_path: Path) -> None:
     """Git sets a pack's times whenever it writes an object the pack already holds (a
     commit whose tree is partly old): the run passes, and a later apply, which looks again
@@ -371,6 +415,36 @@ while [ ! -e {gate} ]; do sleep 0.05; done
     assert len(applied.stderr.strip().splitlines()) == 1
     assert (repo / "src/app.py").read_text() == "print('hi')\n"  # the person's checkout as it was
     assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", "ccm/g1")
+
+
+def test_an_apply_checks_what_another_agent_forged_before_this_task_began(repo: Path, tmp_path: Path) -> None:
+    """g2's agent rewrites the person's pack index in place and stays at work; g3 begins
+    after that, passes (its baseline already holds the forgery), and is applied: the apply
+    looks at what was written since the first task still at work began, not since g3 did
+    (found by a review)."""
+    git(repo, "gc", "-q")
+    gate = tmp_path / "go"
+    forger = write_agent(tmp_path, f"""oid=$(git rev-parse main:src/app.py)
+objects=$(git rev-parse --git-common-dir)/objects
+{SWAP_IN_INDEX}
+touch {tmp_path / "forged"}
+while [ ! -e {gate} ]; do sleep 0.05; done
+{COMMIT}""", name="forger.sh")
+    proc = spawn_exec(repo, "--json", "--sandbox", "none", "--task", "g2", "--", str(forger))
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "forged").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the forger did not get there"
+            time.sleep(0.05)
+        time.sleep(1.1)  # g3 begins a clear second after the forgery
+        good = write_agent(tmp_path, COMMIT, name="good.sh")
+        assert run_exec(repo, good, "--task", "g3").code == 0
+        applied = ccm("task", "apply", "g3", cwd=repo)
+    finally:
+        gate.touch()
+        proc.communicate(timeout=60)
+    assert applied.returncode != 0 and "do not hold what their names say" in applied.stderr, applied.stderr
+    assert git(repo, "rev-parse", "main") != git(repo, "rev-parse", "ccm/g3")
 
 
 def _tagged(repo: Path) -> tuple[str, str]:

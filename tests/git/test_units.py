@@ -431,6 +431,11 @@ def test_a_branch_deletion_git_must_do_is_left_to_git(repo: Path) -> None:
     (repo / ".git/packed-refs.lock").unlink()
     git.delete_ref(host, "refs/heads/ccm/locked", head)
     git.delete_ref(host, "refs/heads/ccm/gone", head, missing_ok=True)
+    gitcmd(repo, "branch", "ccm/odd", head)  # its reflog made a directory, as an agent can (git copes)
+    (repo / ".git/logs/refs/heads/ccm/odd").unlink()
+    (repo / ".git/logs/refs/heads/ccm/odd").mkdir()
+    git.delete_ref(host, "refs/heads/ccm/odd", head)
+    assert gitcmd(repo, "rev-parse", "--verify", "--quiet", "ccm/odd", check=False) == ""
     assert gitcmd(repo, "branch", "--list", "ccm/*").split() == ["ccm/moved"]
 
 
