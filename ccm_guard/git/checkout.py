@@ -246,6 +246,11 @@ def checkout_with_index(repo: Repo, index: Path, rev: str) -> None:
     run(["read-tree", "--reset", "-u", rev], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG})
 
 
+def refresh_index(repo: Repo) -> None:
+    """Refresh a checkout's own index: files whose stat data alone changed read as clean again."""
+    run(["update-index", "-q", "--refresh"], repo, check=False)
+
+
 def refresh_with_index(repo: Repo, index: Path) -> None:
     run(["update-index", "-q", "--refresh"], repo, env={"GIT_INDEX_FILE": str(index), **_PRIVATE_INDEX_CONFIG},
         check=False)

@@ -185,32 +185,34 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
         new = build(host, task, head, old, strategy)
         intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
         moved, checkout = move_target(host, task, target, old, new, f"ccm-guard: apply task {task.id}",
-                                      lambda: registry.set_option(task.id, "applying", intent), "apply")
+                                      lambda on: registry.set_option(task.id, "applying", intent if on else None),
+                                      "apply")
         if moved:
             return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
-        registry.set_option(task.id, "applying", None)
         time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
     raise ApplyRefused(f"{target.name} kept moving: gave up after {MAX_ATTEMPTS} attempts; try again")
 
 
 def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, message: str,
-                record: Callable[[], None], label: str) -> tuple[bool, str | None]:
-    """Move a local branch old -> new by compare-and-swap, and a clean checkout of it along.
+                record: Callable[[bool], None], label: str) -> tuple[bool, str | None]:
+    """Move a local branch old -> new by compare-and-swap, and a checkout of it along.
 
-    `record` writes the move to the registry first (other runs then know it is ccm-guard's,
-    and a crash after it is reconciled). Returns (False, None) when somebody else moved
-    the branch first, else (True, the checkout brought along or None).
+    `record(True)` writes the move to the registry first (other runs then know it is
+    ccm-guard's, and a crash after it is reconciled); `record(False)` takes it back where
+    the move did not happen. Returns (False, None) when somebody else moved the branch
+    first, else (True, the checkout brought along or None).
     """
     common = Path(task.repo)
     checkout = checked_out(host, target.ref, Path(task.main_worktree))
     with _apply_lock(common) if checkout else contextlib.nullcontext():
-        record()
+        record(True)
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
+            record(False)
             return False, None
         failpoints.point(f"{label}-after-cas")
         if checkout:
-            _update_checkout(host, checkout, target, old, new)
+            _update_checkout(host, checkout, target, old, new, forget=lambda: record(False))
     return True, str(checkout.work_tree) if checkout else None
 
 
@@ -360,16 +362,30 @@ def _plain_checkout(common: Path, ref: str, main_worktree: Path) -> git.Repo | N
     return False
 
 
-def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str) -> None:
+def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str, *,
+                     forget: Callable[[], None]) -> None:
     """The checkout of the target follows its branch: a two-tree merge writes only what the
     apply changed, keeps the person's own changes elsewhere, and refuses, changing nothing,
     where one is in its way (a changed or staged file the apply changes too, an untracked
-    file where it puts one): git merge's rule, with no status walk of the tree first."""
+    file where it puts one): git merge's rule, with no status walk of the tree first. A
+    refusal puts the branch back (`forget`: the move's record goes too)."""
     try:
-        git.fast_forward_checkout(checkout, old, new)
+        try:
+            git.fast_forward_checkout(checkout, old, new)
+        except GitError as exc:
+            if "not uptodate" not in exc.message:
+                raise
+            # A file whose stat data alone changed (touched, saved unchanged, a copied
+            # checkout) reads as changed until the index is refreshed, as git merge does first.
+            git.refresh_index(checkout)
+            git.fast_forward_checkout(checkout, old, new)
     except GitError as exc:
         # Put the branch back so the checkout's files and its branch agree again.
-        git.try_update_ref(host, target.ref, old, new, "ccm-guard: apply undone, the checkout refused it")
+        if not git.try_update_ref(host, target.ref, old, new, "ccm-guard: apply undone, the checkout refused it"):
+            raise ApplyRefused(f"{checkout.work_tree} could not be brought up to date ({exc.message}), and {target.name} "
+                               "moved again meanwhile, so it was not put back: `ccm-guard task show` says where "
+                               "it stands") from exc
+        forget()
         in_way = list(dict.fromkeys(_IN_THE_WAY.findall(exc.message)))
         if in_way:
             shown = ", ".join(in_way[:5]) + (f" and {len(in_way) - 5} more" if len(in_way) > 5 else "")

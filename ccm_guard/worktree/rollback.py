@@ -195,9 +195,9 @@ def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applyi
         move = {"ref": target.ref, "old": tip, "new": result, "pid": os.getpid()}
         moved, _ = applying.move_target(host, task, target, tip, result,
                                         f"ccm-guard: roll back task {task.id}",
-                                        lambda: registry.set_option(task.id, "rolled_back", move), "rollback")
+                                        lambda on: registry.set_option(task.id, "rolled_back", move if on else None),
+                                        "rollback")
         if not moved:
-            registry.set_option(task.id, "rolled_back", None)
             continue
         how = "reset (nothing had landed since)" if result == old else "revert commit (later work kept)"
         return {"how": how, "from": tip, "to": result}

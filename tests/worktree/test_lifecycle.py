@@ -6,6 +6,7 @@ Real repositories, real `ccm-guard` processes; each test checks the repository a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,20 @@ def test_apply_refuses_a_checkout_whose_changes_are_in_its_way_and_changes_nothi
         assert len(proc.stderr.strip().splitlines()) == 1
         assert git(repo, "for-each-ref") == refs
         assert (repo / path).read_text() == mine
-        assert _json(ccm("task", "show", "t1", "--json", cwd=repo))["status"] == "COMMITTED"
+        shown = _json(ccm("task", "show", "t1", "--json", cwd=repo))
+        assert shown["status"] == "COMMITTED" and "applying" not in shown["options"]  # no move left on record
         (repo / path).unlink() if path == "feature.txt" else git(repo, "checkout", "--", path)
     assert not (repo / "feature.txt").exists() and git(repo, "status", "--porcelain") == ""
+
+
+def test_apply_into_a_checkout_whose_files_were_only_touched(repo: Path, tmp_path: Path) -> None:
+    """A file the apply changes whose stat data alone changed (touched, saved unchanged) is
+    no change in the way: the index is refreshed, as git merge does, and the apply lands."""
+    _task(repo, tmp_path, "t1", COMMIT_A + 'echo "theirs" > README.md\nrgit commit -q -am "readme"\n')
+    os.utime(repo / "README.md", ns=(1, 1))
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (repo / "README.md").read_text() == "theirs\n" and git(repo, "status", "--porcelain") == ""
 
 
 def test_apply_keeps_the_persons_changes_out_of_its_way(repo: Path, tmp_path: Path) -> None:
