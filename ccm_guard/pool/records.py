@@ -10,7 +10,8 @@ That status walks the whole tree and matches every name against the ignore rules
 20 ms at 10k files, far more at 100k), so it runs when an entry is made or comes back,
 off the critical path; a take then needs only proof that nothing changed since. The proof
 (`<id>.dirs`, its identity in the row like the index's): every directory's inode, mtime
-and ctime, recorded just before that status. A name made, removed or renamed anywhere
+and ctime, recorded just before that status, and only once each was last changed a
+second or more before (file systems whose times tick by the second). A name made, removed or renamed anywhere
 in the tree changes its directory's mtime and ctime, and a chmod its ctime; no
 unprivileged process can set a ctime back. So a take checks each directory's identity
 (no new name anywhere: no leftover) and has `git diff-files` compare each tracked file
@@ -223,23 +224,45 @@ def problem(entry: Entry, *, trust_proof: bool = False) -> str | None:
     return None
 
 
+# A file system's timestamps may be as coarse as a second (ext4 with small inodes, FAT,
+# some network mounts): a name made in the same tick as a directory's last change leaves
+# its times as they were. Only a directory last changed a tick before the proof was
+# recorded can show every later change (git's racy-timestamp rule, for directories).
+_TICK_NS = 1_050_000_000
+
+
 def record_proof(registry: Registry, entry: Entry) -> None:
     """Record the identity of every directory of the entry's tree, just before the full
-    check that makes it ready: a name made anywhere since shows in its directory's."""
-    root = Path(entry.path)
-    lines, todo = [], [""]
+    check that makes it ready: a name made anywhere since shows in its directory's. Where
+    a directory changed within the last tick (a return's clean), it waits that out first
+    (it runs in the background)."""
+    root, proof = Path(entry.path), ""
     try:
-        while todo:
-            rel = todo.pop()
-            st = os.lstat(root / rel)
-            lines.append(f"{st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns} {rel}")
-            with os.scandir(root / rel) as listing:
-                todo += [os.path.join(rel, d.name) for d in listing if d.is_dir(follow_symlinks=False)]
-        entry.dirs.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
-        proof = identity(entry.dirs)
+        for _ in range(3):
+            stamp = time.time_ns()
+            lines, newest = _directories(root)
+            if newest < stamp - _TICK_NS:
+                entry.dirs.write_text(f"{stamp}\n" + "\n".join(lines) + "\n", encoding="utf-8",
+                                      errors="surrogateescape")
+                proof = identity(entry.dirs)
+                break
+            time.sleep((newest + _TICK_NS - stamp) / 1e9 + 0.01)
     except OSError:
-        proof = ""  # no proof: the take walks the tree
+        pass  # no proof: the take walks the tree
     set_fields(registry, entry, proof=proof)
+
+
+def _directories(root: Path) -> tuple[list[str], int]:
+    """`ino mtime ctime relpath` for every directory of the tree, and the newest time seen."""
+    lines, newest, todo = [], 0, [""]
+    while todo:
+        rel = todo.pop()
+        st = os.lstat(root / rel)
+        lines.append(f"{st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns} {rel}")
+        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+        with os.scandir(root / rel) as listing:
+            todo += [os.path.join(rel, d.name) for d in listing if d.is_dir(follow_symlinks=False)]
+    return lines, newest
 
 
 def _unchanged_since_proof(entry: Entry) -> bool:
@@ -254,8 +277,11 @@ def _unchanged_since_proof(entry: Entry) -> bool:
         data = read_regular(entry.dirs, 1 << 28)
         if not data:
             return False
-        for line in data.decode("utf-8", "surrogateescape").splitlines():
+        stamp, *lines = data.decode("utf-8", "surrogateescape").splitlines()
+        for line in lines:
             ino, mtime, ctime, rel = line.split(" ", 3)
+            if max(int(mtime), int(ctime)) >= int(stamp) - _TICK_NS:
+                return False  # changed in the tick the proof was taken in: it proves nothing
             st = os.lstat(root / rel)
             if (str(st.st_ino), str(st.st_mtime_ns), str(st.st_ctime_ns)) != (ino, mtime, ctime) \
                     or not stat.S_ISDIR(st.st_mode):
