@@ -229,7 +229,7 @@ def task_apply(task_id: str, into: str | None, strategy: str, retries: int, clea
     naming the task, and the target is moved with compare-and-swap, recomputed if another
     apply won the race. A target that is checked out is brought up to date as `git merge`
     would: your uncommitted changes stay; if one is in the apply's way (a file the task
-    changes too, an untracked file where it puts one), or the merge conflicts, nothing
+    changes too, an untracked or ignored file where it puts one), or the merge conflicts, nothing
     changes (exit 8).
     """
     from ccm_guard.cli.render import render_apply

@@ -148,6 +148,19 @@ class FileStat:
     deleted: int | None
 
 
+def added_and_deleted(repo: Repo, base: str, head: str) -> tuple[list[str], set[str]]:
+    """The paths `head` adds to `base`'s tree, and those it deletes (no renames: each side whole)."""
+    out = run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", "--diff-filter=AD", base, head, "--"],
+              repo).z()
+    added, deleted = [], set()
+    for status, path in zip(out[::2], out[1::2]):
+        if status == "A":
+            added.append(path)
+        else:
+            deleted.add(path)
+    return added, deleted
+
+
 def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
     def compute() -> list[Any]:
         out = run(["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],

@@ -205,6 +205,8 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
     common = Path(task.repo)
     checkout = checked_out(host, target.ref, Path(task.main_worktree))
     with _apply_lock(common) if checkout else contextlib.nullcontext():
+        if checkout:
+            _refuse_ignored_in_the_way(host, checkout, target, old, new)
         record(True)
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
@@ -360,6 +362,33 @@ def _plain_checkout(common: Path, ref: str, main_worktree: Path) -> git.Repo | N
             and os.path.samefile(dot_git, common):
         return git.Repo(common, common, main_worktree)
     return False
+
+
+def _refuse_ignored_in_the_way(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str) -> None:
+    """Git takes an ignored file as expendable: a merge (read-tree) overwrites one where the
+    incoming tree puts a file, and git merge does the same. The person's ignored files are
+    theirs (.env, local settings), and a task could add such a path on purpose: where a
+    file or link is where the move adds a path (or where it needs a directory), refuse."""
+    added, deleted = git.added_and_deleted(host, old, new)
+    top = checkout.work_tree
+    assert top is not None
+    in_way = []
+    for path in added:
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:depth])
+            if prefix in deleted:
+                break  # a tracked file the move itself takes away
+            place = top / prefix
+            if depth == len(parts) and os.path.lexists(place) or depth < len(parts) and (
+                    os.path.islink(place) or os.path.lexists(place) and not os.path.isdir(place)):
+                in_way.append(prefix)
+                break
+    if in_way:
+        shown = ", ".join(in_way[:5]) + (f" and {len(in_way) - 5} more" if len(in_way) > 5 else "")
+        raise ApplyRefused(f"{target.name} is checked out in {top} with untracked or ignored files where the task "
+                           f"puts its own ({shown}); nothing was changed: move them aside (git would overwrite an "
+                           "ignored one), then apply again")
 
 
 def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str, *,

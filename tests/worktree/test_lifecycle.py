@@ -57,11 +57,12 @@ def test_apply_refuses_a_checkout_whose_changes_are_in_its_way_and_changes_nothi
     where it puts one, refuses the apply; the branch is put back and no file is touched."""
     _task(repo, tmp_path, "t1", COMMIT_A + 'echo "theirs" > README.md\nrgit commit -q -am "readme"\n')
     refs = git(repo, "for-each-ref")
-    for mine, path in (("my own edit\n", "README.md"), ("mine\n", "feature.txt")):
+    for mine, path, said in (("my own edit\n", "README.md", "uncommitted changes in the way"),
+                             ("mine\n", "feature.txt", "untracked or ignored files")):
         (repo / path).write_text(mine)
         proc = ccm("task", "apply", "t1", cwd=repo)
         assert proc.returncode == 8, proc.stderr
-        assert "uncommitted changes" in proc.stderr and path in proc.stderr and "put back" in proc.stderr
+        assert said in proc.stderr and path in proc.stderr and "nothing" in proc.stderr and "changed" in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
         assert git(repo, "for-each-ref") == refs
         assert (repo / path).read_text() == mine
@@ -69,6 +70,28 @@ def test_apply_refuses_a_checkout_whose_changes_are_in_its_way_and_changes_nothi
         assert shown["status"] == "COMMITTED" and "applying" not in shown["options"]  # no move left on record
         (repo / path).unlink() if path == "feature.txt" else git(repo, "checkout", "--", path)
     assert not (repo / "feature.txt").exists() and git(repo, "status", "--porcelain") == ""
+
+
+def test_apply_never_overwrites_the_persons_ignored_files(repo: Path, tmp_path: Path) -> None:
+    """Git takes an ignored file as expendable (read-tree and git merge overwrite one); a task
+    that force-adds .env, or a file where the person's ignored file is in the way of a
+    directory it adds, is refused before anything moves, and the person's files stay."""
+    (repo / ".gitignore").write_text(".env\nbuild\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    _task(repo, tmp_path, "t1", 'echo "TOKEN=agent" > .env\nrgit add -f .env\nrgit commit -q -m env\n')
+    _task(repo, tmp_path, "t2", 'mkdir build\necho x > build/out.txt\nrgit add -f build/out.txt\nrgit commit -q -m b\n')
+    (repo / ".env").write_text("TOKEN=mine\n")
+    (repo / "build").write_text("my build notes\n")
+    refs = git(repo, "for-each-ref")
+    for task, path in (("t1", ".env"), ("t2", "build")):
+        proc = ccm("task", "apply", task, cwd=repo)
+        assert proc.returncode == 8 and path in proc.stderr and "ignored" in proc.stderr, proc.stderr
+        assert git(repo, "for-each-ref") == refs
+    assert (repo / ".env").read_text() == "TOKEN=mine\n" and (repo / "build").read_text() == "my build notes\n"
+    (repo / ".env").unlink()
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
+    assert (repo / ".env").read_text() == "TOKEN=agent\n"
 
 
 def test_apply_into_a_checkout_whose_files_were_only_touched(repo: Path, tmp_path: Path) -> None:
