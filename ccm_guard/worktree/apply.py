@@ -115,14 +115,23 @@ def _require_sound_store(registry: Registry, host: git.Repo, task: Task) -> None
     others = [t for t in registry.at_work(task.repo, since=task.created_at) if t.id != task.id]
     if not others:
         return
-    # From when the first of them began: one that began earlier may have forged a file
-    # before this task began, and this task's commit then only freshened it.
-    since = min(task.created_at, *(t.created_at for t in others))
+    # One that began earlier and has not passed its gates (still at work, or failed) may
+    # have forged a file before this task began, which this task's commit then only
+    # freshened: from when the first of those began. One that passed had what it wrote
+    # judged by the same checks.
+    since = min([task.created_at, *(t.created_at for t in others if not _passed(t))])
     forged = forged_since(host.common_dir / "objects", since, git.object_format(host.common_dir))
     if forged:
         raise ApplyRefused(f"{len(forged)} object file(s) written while other tasks were at work do not hold what "
                            f"their names say ({forged[0]}): another agent may have forged them; find out with `git fsck` "
                            "(and `ccm-guard task list`: which run was at work), then apply again")
+
+
+def _passed(task: Task) -> bool:
+    try:
+        return bool(task.verdict) and json.loads(task.verdict or "{}").get("passed") is True
+    except ValueError:
+        return False
 
 
 def resolve_target(host: git.Repo, task: Task, into: str | None) -> Target:
