@@ -192,6 +192,12 @@ def ignored_untracked(repo: Repo) -> list[str]:
     return run(["ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"], repo).z()
 
 
+def untracked_listed(repo: Repo, paths: Sequence[str]) -> list[str]:
+    """The untracked files at or below `paths`, ignored ones too (no empty directory, no
+    staged file): what a checkout holds of its own there."""
+    return run(["ls-files", "--others", "-z", "--", *paths], repo).z() if paths else []
+
+
 def untracked_matching(repo: Repo, patterns: Path) -> list[str]:
     """Untracked paths the gitignore-style patterns in the file `patterns` match, whatever
     the repository's own ignore rules say; a directory whose untracked files all match is

@@ -148,19 +148,6 @@ class FileStat:
     deleted: int | None
 
 
-def added_and_deleted(repo: Repo, base: str, head: str) -> tuple[list[str], set[str]]:
-    """The paths `head` adds to `base`'s tree, and those it deletes (no renames: each side whole)."""
-    out = run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", "--diff-filter=AD", base, head, "--"],
-              repo).z()
-    added, deleted = [], set()
-    for status, path in zip(out[::2], out[1::2]):
-        if status == "A":
-            added.append(path)
-        else:
-            deleted.add(path)
-    return added, deleted
-
-
 def numstat(repo: Repo, base: str, head: str) -> list[FileStat]:
     def compute() -> list[Any]:
         out = run(["diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", base, head, "--"],
@@ -227,16 +214,17 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
         meeting = base
     for merge, base_side in outside.items():
         for parent in base_side:
-            kept += _tree_changes(repo, parent, merge)
+            kept += tree_changes(repo, parent, merge)
             if parent != meeting:
                 # An older commit of the base: what the base changed since is compared
                 # with the merge too, or a merge of an older base could undo it unseen.
-                since = {c.path for c in _tree_changes(repo, parent, meeting)}
-                kept += [c for c in _tree_changes(repo, meeting, merge) if c.path in since]
+                since = {c.path for c in tree_changes(repo, parent, meeting)}
+                kept += [c for c in tree_changes(repo, meeting, merge) if c.path in since]
     return kept
 
 
-def _tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
+def tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
+    """Every path tree `new` changes against tree `old`, with modes (a gitlink is 160000)."""
     diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", "--ignore-submodules=none",
                 old, new, "--"], repo).out
     return _parse_raw(diff.split("\0"), new)

@@ -233,20 +233,23 @@ _TICK_NS = 1_050_000_000
 
 def record_proof(registry: Registry, entry: Entry) -> None:
     """Record the identity of every directory of the entry's tree, just before the full
-    check that makes it ready: a name made anywhere since shows in its directory's. Where
-    a directory changed within the last tick (a return's clean), it waits that out first
-    (it runs in the background)."""
+    check that makes it ready: a name made anywhere since shows in its directory's. The
+    proof's stamp is its own file's mtime (the file system's clock, after every directory
+    was read). Where a directory changed within the tick before it (a return's clean), it
+    waits that out, a tick at a time (it runs in the background); a directory dated later
+    than the stamp (an agent can set a directory's mtime) leaves the entry without proof."""
     root, proof = Path(entry.path), ""
     try:
         for _ in range(3):
-            stamp = time.time_ns()
             lines, newest = _directories(root)
+            entry.dirs.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
+            stamp = os.lstat(entry.dirs).st_mtime_ns
             if newest < stamp - _TICK_NS:
-                entry.dirs.write_text(f"{stamp}\n" + "\n".join(lines) + "\n", encoding="utf-8",
-                                      errors="surrogateescape")
                 proof = identity(entry.dirs)
                 break
-            time.sleep((newest + _TICK_NS - stamp) / 1e9 + 0.01)
+            if newest > stamp:
+                break
+            time.sleep(min(newest + _TICK_NS - stamp, _TICK_NS) / 1e9 + 0.01)
     except OSError:
         pass  # no proof: the take walks the tree
     set_fields(registry, entry, proof=proof)
@@ -277,10 +280,10 @@ def _unchanged_since_proof(entry: Entry) -> bool:
         data = read_regular(entry.dirs, 1 << 28)
         if not data:
             return False
-        stamp, *lines = data.decode("utf-8", "surrogateescape").splitlines()
-        for line in lines:
+        stamp = int(entry.proof.split(":")[3])  # its mtime, as the identity above holds it
+        for line in data.decode("utf-8", "surrogateescape").splitlines():
             ino, mtime, ctime, rel = line.split(" ", 3)
-            if max(int(mtime), int(ctime)) >= int(stamp) - _TICK_NS:
+            if max(int(mtime), int(ctime)) >= stamp - _TICK_NS:
                 return False  # changed in the tick the proof was taken in: it proves nothing
             st = os.lstat(root / rel)
             if (str(st.st_ino), str(st.st_mtime_ns), str(st.st_ctime_ns)) != (ino, mtime, ctime) \

@@ -266,6 +266,15 @@ class Registry:
                 options[key] = value
             self.update(task_id, options=json.dumps(options))
 
+    def drop_option_if(self, task_id: str, key: str, expected: Any) -> None:
+        """Remove `key` from a task's options only while it still holds `expected` (another
+        process may have written its own meanwhile)."""
+        with self.transaction():
+            options = self.get(task_id).option_dict()
+            if options.get(key) == expected:
+                options.pop(key)
+                self.update(task_id, options=json.dumps(options))
+
     def merge_option(self, task_id: str, key: str, values: dict[str, Any]) -> None:
         """Add `values` to the mapping a task keeps under `key` in `options`, in one transaction."""
         with self.transaction():

@@ -73,6 +73,10 @@ def apply_task(registry: Registry, task_id: str, into: str | None = None, strate
     task = registry.get(task_id)
     reconcile(registry, task)
     task = registry.get(task_id)
+    pending = task.option("applying")
+    if pending and in_flight(pending):
+        raise ApplyRefused(f"task {task.id} is being applied by process {pending['pid']}: wait for it, then "
+                           f"`ccm-guard task show {task.id}`")
     host = layout.host_repo(Path(task.repo))
     head = _judged_head(host, task)
     _require_sound_store(registry, host, task)
@@ -194,8 +198,8 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
         new = build(host, task, head, old, strategy)
         intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
         moved, checkout = move_target(host, task, target, old, new, f"ccm-guard: apply task {task.id}",
-                                      lambda on: registry.set_option(task.id, "applying", intent if on else None),
-                                      "apply")
+                                      lambda on: registry.set_option(task.id, "applying", intent) if on
+                                      else registry.drop_option_if(task.id, "applying", intent), "apply")
         if moved:
             return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
         time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
@@ -214,8 +218,10 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
     common = Path(task.repo)
     checkout = checked_out(host, target.ref, Path(task.main_worktree))
     with _apply_lock(common) if checkout else contextlib.nullcontext():
-        if checkout:
-            _refuse_ignored_in_the_way(host, checkout, target, old, new)
+        if checkout and (found := in_the_way(host, checkout, old, new)):
+            raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with files of yours where the "
+                               f"{label} puts its own ({found}); nothing was changed: move them aside (git would "
+                               f"overwrite an ignored file, or a submodule's checkout), then run the {label} again")
         record(True)
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
@@ -318,7 +324,10 @@ def catch_up_checkout(host: git.Repo, task: Task, target: Target, old: str, new:
         return None  # not checked out, or the person has moved on from the apply's commit
     with _apply_lock(Path(host.common_dir)):
         try:
-            git.fast_forward_checkout(checkout, old, new)
+            found = in_the_way(host, checkout, old, new)
+            if found:
+                raise GitError(f"files of yours are where it puts its own: {found}")
+            bring_along(checkout, old, new)
         except GitError as exc:
             return str(checkout.work_tree), (f"{checkout.work_tree} still has the files of before the apply "
                                              f"({exc.message}): run `git -C {checkout.work_tree} read-tree -m -u "
@@ -373,31 +382,57 @@ def _plain_checkout(common: Path, ref: str, main_worktree: Path) -> git.Repo | N
     return False
 
 
-def _refuse_ignored_in_the_way(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str) -> None:
-    """Git takes an ignored file as expendable: a merge (read-tree) overwrites one where the
-    incoming tree puts a file, and git merge does the same. The person's ignored files are
-    theirs (.env, local settings), and a task could add such a path on purpose: where a
-    file or link is where the move adds a path (or where it needs a directory), refuse."""
-    added, deleted = git.added_and_deleted(host, old, new)
+GITLINK = "160000"
+
+
+def in_the_way(host: git.Repo, checkout: git.Repo, old: str, new: str) -> str | None:
+    """What of the person's own a move of the checkout from `old` to `new` would overwrite
+    or delete although read-tree lets it: git takes ignored files as expendable (read-tree
+    and git merge overwrite an ignored .env where the incoming tree has one), and never
+    looks inside a submodule it removes or replaces. None where nothing is in the way.
+
+    A file or link where the move adds a path (or needs a directory) is listed by git
+    (`ls-files --others`: untracked and ignored files, no empty directory, no staged file);
+    a submodule the move removes or turns into something else must not hold anything."""
+    changes = git.tree_changes(host, old, new)
     top = checkout.work_tree
     assert top is not None
-    in_way = []
-    for path in added:
-        parts = path.split("/")
+    removed = {c.path for c in changes if c.status in ("D", "T") and c.old_mode != GITLINK}  # tracked files it takes
+    submodules = [c.path for c in changes if c.old_mode == GITLINK and c.status in ("D", "T")
+                  and os.path.isdir(top / c.path) and not os.path.islink(top / c.path) and any(os.scandir(top / c.path))]
+    candidates = []
+    for change in changes:
+        if change.status != "A":
+            continue
+        parts = change.path.split("/")
         for depth in range(1, len(parts) + 1):
             prefix = "/".join(parts[:depth])
-            if prefix in deleted:
-                break  # a tracked file the move itself takes away
+            if prefix in removed:
+                break
             place = top / prefix
             if depth == len(parts) and os.path.lexists(place) or depth < len(parts) and (
                     os.path.islink(place) or os.path.lexists(place) and not os.path.isdir(place)):
-                in_way.append(prefix)
+                candidates.append(prefix)
                 break
-    if in_way:
-        shown = ", ".join(in_way[:5]) + (f" and {len(in_way) - 5} more" if len(in_way) > 5 else "")
-        raise ApplyRefused(f"{target.name} is checked out in {top} with untracked or ignored files where the task "
-                           f"puts its own ({shown}); nothing was changed: move them aside (git would overwrite an "
-                           "ignored one), then apply again")
+    listed = git.untracked_listed(checkout, sorted(set(candidates)))
+    if not listed and not submodules:
+        return None
+    shown = [*(f"{p} (a submodule's checkout)" for p in submodules), *listed]
+    return ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+
+
+def bring_along(checkout: git.Repo, old: str, new: str) -> None:
+    """A checkout at `old` to `new` by a two-tree merge: only what changed is written, the
+    person's own changes stay, and one in the way refuses it (GitError). A file whose stat
+    data alone changed (touched, saved unchanged) reads as changed until the index is
+    refreshed: on that refusal it is, as git merge does first, and the merge tried again."""
+    try:
+        git.fast_forward_checkout(checkout, old, new)
+    except GitError as exc:
+        if "not uptodate" not in exc.message:
+            raise
+        git.refresh_index(checkout)
+        git.fast_forward_checkout(checkout, old, new)
 
 
 def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str, *,
@@ -408,15 +443,7 @@ def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: st
     file where it puts one): git merge's rule, with no status walk of the tree first. A
     refusal puts the branch back (`forget`: the move's record goes too)."""
     try:
-        try:
-            git.fast_forward_checkout(checkout, old, new)
-        except GitError as exc:
-            if "not uptodate" not in exc.message:
-                raise
-            # A file whose stat data alone changed (touched, saved unchanged, a copied
-            # checkout) reads as changed until the index is refreshed, as git merge does first.
-            git.refresh_index(checkout)
-            git.fast_forward_checkout(checkout, old, new)
+        bring_along(checkout, old, new)
     except GitError as exc:
         # Put the branch back so the checkout's files and its branch agree again.
         if not git.try_update_ref(host, target.ref, old, new, "ccm-guard: apply undone, the checkout refused it"):

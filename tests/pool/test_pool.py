@@ -689,7 +689,7 @@ def test_a_take_trusts_the_proof_made_with_the_full_check_and_walks_nothing(
 
     registry, entry = _filled(repo)
     assert entry.proof and entry.dirs.is_file()
-    listed = {line.split(" ", 3)[3] for line in entry.dirs.read_text().splitlines()[1:]}  # after the stamp
+    listed = {line.split(" ", 3)[3] for line in entry.dirs.read_text().splitlines()}
     assert listed == {"", "src", "docs", "lib", "lib/sub", "lib/other"}
     monkeypatch.setattr(gitapi, "status_with_index", lambda *a: pytest.fail("the tree was walked"))
     assert records.problem(entry, trust_proof=True) is None
@@ -699,13 +699,14 @@ def test_a_proof_is_recorded_only_once_every_directory_is_a_tick_old(repo: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """On a file system whose times tick by the second, a name made in the tick of its
     directory's last change leaves the directory's times as they were: a directory changed
-    within the tick before the proof proves nothing, so recording waits that out (it runs
-    in the background), and a proof that holds one anyway is not trusted."""
+    within the tick before the proof's stamp (its file's mtime) proves nothing, so
+    recording waits that out, a tick at a time, and a take does not trust one that did."""
     from ccm_guard.pool import records
 
     registry, entry = _filled(repo)
-    (Path(entry.path) / "lib/sub/tmp").mkdir()
-    (Path(entry.path) / "lib/sub/tmp").rmdir()  # lib/sub changed just now, as a return's clean does
+    lib = Path(entry.path) / "lib"
+    (lib / "tmp").mkdir()
+    (lib / "tmp").rmdir()  # lib changed just now, as a return's clean does
     slept: list[float] = []
     real_sleep = time.sleep
 
@@ -715,15 +716,27 @@ def test_a_proof_is_recorded_only_once_every_directory_is_a_tick_old(repo: Path,
 
     monkeypatch.setattr(time, "sleep", sleep)
     records.record_proof(registry, entry)
-    assert slept and 0 < slept[0] <= 1.1
+    assert slept and all(0 < s <= 1.1 for s in slept)
     assert records._unchanged_since_proof(entry)
-    stamp, *lines = entry.dirs.read_text().splitlines()
-    racy = [line.replace(line.split(" ")[2], str(int(stamp) - 10), 1) if line.endswith(" lib") else line
-            for line in lines]
-    entry.dirs.write_text("\n".join([stamp, *racy]) + "\n")
-    set_proof = records.identity(entry.dirs)
-    records.set_fields(registry, entry, proof=set_proof)
-    assert not records._unchanged_since_proof(entry)  # lib's recorded ctime is within the tick
+    changed = max(lib.stat().st_ctime_ns, lib.stat().st_mtime_ns)
+    for after, trusted in ((500_000_000, False), (2_000_000_000, True)):  # the stamp half a tick, then two, after
+        os.utime(entry.dirs, ns=(changed + after, changed + after))
+        records.set_fields(registry, entry, proof=records.identity(entry.dirs))
+        assert records._unchanged_since_proof(entry) is trusted
+
+
+def test_a_directory_dated_in_the_future_leaves_the_entry_without_proof(repo: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent can date a directory decades ahead (and a reset keeps a tracked directory's
+    times): the background recorder must not wait for it; the take walks instead."""
+    from ccm_guard.pool import records
+
+    registry, entry = _filled(repo)
+    ahead = time.time_ns() + 30 * 365 * 86400 * 10**9
+    os.utime(Path(entry.path) / "docs", ns=(ahead, ahead))
+    monkeypatch.setattr(time, "sleep", lambda s: pytest.fail(f"slept {s} s"))
+    records.record_proof(registry, entry)
+    assert entry.proof == "" and not records._unchanged_since_proof(entry)
 
 
 @pytest.mark.parametrize("tamper", ["untracked", "ignored", "empty-dir", "edited-same-size", "chmod", "proof-rewritten",
@@ -753,9 +766,8 @@ def test_anything_changed_since_the_proof_is_found_by_the_walk(repo: Path, tampe
         (root / "docs/guide.md").chmod(0o755)
     elif tamper == "proof-rewritten":
         (root / "src/planted.py").write_text("x\n")
-        stamp, *recorded = entry.dirs.read_text().splitlines()
-        lines = [stamp]
-        for line in recorded:
+        lines = []
+        for line in entry.dirs.read_text().splitlines():
             rel = line.split(" ", 3)[3]
             st = os.lstat(root / rel)
             lines.append(f"{st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns} {rel}")

@@ -58,7 +58,7 @@ def test_apply_refuses_a_checkout_whose_changes_are_in_its_way_and_changes_nothi
     _task(repo, tmp_path, "t1", COMMIT_A + 'echo "theirs" > README.md\nrgit commit -q -am "readme"\n')
     refs = git(repo, "for-each-ref")
     for mine, path, said in (("my own edit\n", "README.md", "uncommitted changes in the way"),
-                             ("mine\n", "feature.txt", "untracked or ignored files")):
+                             ("mine\n", "feature.txt", "files of yours where the apply puts its own")):
         (repo / path).write_text(mine)
         proc = ccm("task", "apply", "t1", cwd=repo)
         assert proc.returncode == 8, proc.stderr
@@ -438,3 +438,52 @@ def test_which_checkout_has_the_target_is_read_from_the_files_where_plain(repo: 
     monkeypatch.undo()
     linked = applying.checked_out(host, "refs/heads/side", repo)
     assert linked is not None and linked.work_tree is not None and linked.work_tree.resolve() == (tmp_path / "linked").resolve()
+
+
+def test_apply_never_deletes_the_persons_submodule_checkout(repo: Path, tmp_path: Path) -> None:
+    """read-tree never looks inside a submodule it removes or replaces: a task that turns one
+    into a file (or deletes it and adds files beneath, an ignored one among them) would
+    take the person's uncommitted work in it. Refused while the submodule holds anything
+    (found by a review)."""
+    sub = make_repo(tmp_path / "subsrc", {"f": "f\n"})
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git(repo, "commit", "-q", "-m", "add sub")
+    _task(repo, tmp_path, "t1", 'rgit rm -q --cached sub\nrm -rf sub\necho agent > sub\nrgit add sub\n'
+                                'rgit commit -q -m "sub is a file now"\n')
+    (repo / "sub/f").write_text("my uncommitted work\n")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8 and "sub (a submodule's checkout)" in proc.stderr, proc.stderr
+    assert (repo / "sub/f").read_text() == "my uncommitted work\n"
+
+
+def test_apply_of_a_directory_made_a_file_is_no_refusal(tmp_path: Path) -> None:
+    """A tracked directory the task replaces with a file of the same name holds nothing of
+    the person's: git's own listing says so, and the apply lands (found by a review)."""
+    repo = make_repo(tmp_path / "repo", {"README.md": "r\n", "notes/a.md": "a\n"})
+    _task(repo, tmp_path, "t1", 'rgit rm -q -r notes\necho "all notes" > notes\nrgit add notes\n'
+                                'rgit commit -q -m "notes in one file"\n')
+    (repo / "empty").mkdir()  # an empty directory is nothing of the person's either
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (repo / "notes").read_text() == "all notes\n"
+
+
+def test_an_apply_of_a_task_another_process_is_applying_is_refused(repo: Path, tmp_path: Path) -> None:
+    """Two applies of one task at once: the second would overwrite the first's record of its
+    move and, losing the race, take it back (found by a review). It waits its turn instead."""
+    from ccm_guard.state.registry import Registry
+
+    _task(repo, tmp_path, "t1")
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        registry = Registry()
+        main, head = git(repo, "rev-parse", "main"), git(repo, "rev-parse", "ccm/t1")
+        registry.set_option("t1", "applying", {"ref": "refs/heads/main", "old": main, "new": head, "pid": other.pid})
+        proc = ccm("task", "apply", "t1", cwd=repo)
+        assert proc.returncode == 8 and f"being applied by process {other.pid}" in proc.stderr, proc.stderr
+        registry.drop_option_if("t1", "applying", {"something": "else"})  # only its own record goes
+        assert registry.get("t1").option("applying")["pid"] == other.pid
+    finally:
+        other.kill()
+        other.wait()
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0  # its process gone: reconciled, then applied
