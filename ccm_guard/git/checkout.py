@@ -195,7 +195,10 @@ def ignored_untracked(repo: Repo) -> list[str]:
 def untracked_listed(repo: Repo, paths: Sequence[str]) -> list[str]:
     """The untracked files at or below `paths`, ignored ones too (no empty directory, no
     staged file): what a checkout holds of its own there."""
-    return run(["ls-files", "--others", "-z", "--", *paths], repo).z() if paths else []
+    found: list[str] = []
+    for start in range(0, len(paths), 1000):  # a command line holds only so many paths
+        found += run(["ls-files", "--others", "-z", "--", *paths[start:start + 1000]], repo).z()
+    return found
 
 
 def untracked_matching(repo: Repo, patterns: Path) -> list[str]:
