@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         status_with_index,
         status_without_trusting_index,
         unsplit_index,
+        tracked_listed,
         untracked_listed,
         untracked_matching,
         worktree_add,
@@ -160,7 +161,7 @@ __all__ = [
     "changed_with_index", "index_from", "index_tree", "reset_index", "stage_with_index",
     "check_ignore", "checkout_with_index", "clean_with_index", "fast_forward_checkout", "hidden_by_index_flags", "ignored_untracked",
     "IgnoreRule", "refresh_index", "refresh_with_index", "reset_hard", "reset_work_tree", "restore_path", "restore_paths", "sparse_set_cone",
-    "files_match_index", "status", "status_with_index", "status_without_trusting_index", "staged_changes", "unsplit_index", "KeptIndex", "StatusEntry", "untracked_listed", "untracked_matching", "worktree_add", "worktree_add_bare",
+    "files_match_index", "status", "status_with_index", "status_without_trusting_index", "staged_changes", "unsplit_index", "KeptIndex", "StatusEntry", "tracked_listed", "untracked_listed", "untracked_matching", "worktree_add", "worktree_add_bare",
     "worktree_list", "worktree_prune", "worktree_remove", "worktree_unlock", "WorktreeEntry",
     "config_entries", "config_file_create", "config_file_set", "global_config_files", "may_set", "object_format", "remote_url",
 ]

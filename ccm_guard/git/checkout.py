@@ -195,9 +195,18 @@ def ignored_untracked(repo: Repo) -> list[str]:
 def untracked_listed(repo: Repo, paths: Sequence[str]) -> list[str]:
     """The untracked files at or below `paths`, ignored ones too (no empty directory, no
     staged file): what a checkout holds of its own there."""
+    return _listed(repo, "--others", paths)
+
+
+def tracked_listed(repo: Repo, paths: Sequence[str]) -> list[str]:
+    """The files of the index at or below `paths`."""
+    return _listed(repo, "--cached", paths)
+
+
+def _listed(repo: Repo, which: str, paths: Sequence[str]) -> list[str]:
     found: list[str] = []
     for start in range(0, len(paths), 1000):  # a command line holds only so many paths
-        found += run(["ls-files", "--others", "-z", "--", *paths[start:start + 1000]], repo).z()
+        found += run(["ls-files", which, "-z", "--", *paths[start:start + 1000]], repo).z()
     return found
 
 

@@ -266,14 +266,31 @@ class Registry:
                 options[key] = value
             self.update(task_id, options=json.dumps(options))
 
-    def drop_option_if(self, task_id: str, key: str, expected: Any) -> None:
+    def claim_option(self, task_id: str, key: str, value: dict[str, Any], *, status: str) -> bool:
+        """Record `value` (a move in flight, with this process's pid) under `key`, in one
+        transaction, only while the task is still `status` and no other live process has a
+        record there: False otherwise (two applies of one task at once both landed)."""
+        with self.transaction():
+            task = self.get(task_id)
+            held = task.option(key)
+            if task.status != status or (isinstance(held, dict) and isinstance(held.get("pid"), int)
+                                         and held["pid"] != os.getpid() and pid_alive(held["pid"])):
+                return False
+            options = task.option_dict()
+            options[key] = value
+            self.update(task_id, options=json.dumps(options))
+        return True
+
+    def drop_option_if(self, task_id: str, key: str, expected: Any) -> bool:
         """Remove `key` from a task's options only while it still holds `expected` (another
-        process may have written its own meanwhile)."""
+        process may have written its own meanwhile); whether it did."""
         with self.transaction():
             options = self.get(task_id).option_dict()
-            if options.get(key) == expected:
-                options.pop(key)
-                self.update(task_id, options=json.dumps(options))
+            if options.get(key) != expected:
+                return False
+            options.pop(key)
+            self.update(task_id, options=json.dumps(options))
+        return True
 
     def merge_option(self, task_id: str, key: str, values: dict[str, Any]) -> None:
         """Add `values` to the mapping a task keeps under `key` in `options`, in one transaction."""

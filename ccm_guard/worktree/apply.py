@@ -198,8 +198,8 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
         new = build(host, task, head, old, strategy)
         intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
         moved, checkout = move_target(host, task, target, old, new, f"ccm-guard: apply task {task.id}",
-                                      lambda on: registry.set_option(task.id, "applying", intent) if on
-                                      else registry.drop_option_if(task.id, "applying", intent), "apply")
+                                      lambda on: registry.claim_option(task.id, "applying", intent, status="COMMITTED")
+                                      if on else registry.drop_option_if(task.id, "applying", intent), "apply")
         if moved:
             return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
         time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
@@ -207,13 +207,14 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
 
 
 def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, message: str,
-                record: Callable[[bool], None], label: str) -> tuple[bool, str | None]:
+                record: Callable[[bool], bool], label: str) -> tuple[bool, str | None]:
     """Move a local branch old -> new by compare-and-swap, and a checkout of it along.
 
     `record(True)` writes the move to the registry first (other runs then know it is
-    ccm-guard's, and a crash after it is reconciled); `record(False)` takes it back where
-    the move did not happen. Returns (False, None) when somebody else moved the branch
-    first, else (True, the checkout brought along or None).
+    ccm-guard's, and a crash after it is reconciled), False where another process has a
+    move of the same task in flight or made one meanwhile; `record(False)` takes it back
+    where the move did not happen. Returns (False, None) when somebody else moved the
+    branch first, else (True, the checkout brought along or None).
     """
     common = Path(task.repo)
     checkout = checked_out(host, target.ref, Path(task.main_worktree))
@@ -222,7 +223,9 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
             raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with files of yours where the "
                                f"{label} puts its own ({found}); nothing was changed: move them aside (git would "
                                f"overwrite an ignored file, or a submodule's checkout), then run the {label} again")
-        record(True)
+        if not record(True):
+            raise ApplyRefused(f"another process is at the {label} of task {task.id}, or has just done it; nothing "
+                               f"was changed: `ccm-guard task show {task.id}` says where it stands")
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
             record(False)
@@ -389,36 +392,62 @@ def in_the_way(host: git.Repo, checkout: git.Repo, old: str, new: str) -> str | 
     """What of the person's own a move of the checkout from `old` to `new` would overwrite
     or delete although read-tree lets it: git takes ignored files as expendable (read-tree
     and git merge overwrite an ignored .env where the incoming tree has one), and never
-    looks inside a submodule it removes or replaces. None where nothing is in the way.
+    looks inside a submodule it turns into something else. None where nothing is in the way.
 
-    A file or link where the move adds a path (or needs a directory) is listed by git
-    (`ls-files --others`: untracked and ignored files, no empty directory, no staged file);
-    a submodule the move removes or turns into something else must not hold anything."""
+    Where the move adds a path (not a submodule: git keeps a directory there), whatever is
+    on disk at it, or where it needs a directory, is the person's unless git's index has
+    it: git lists what is untracked or ignored there (`ls-files --others`), and what git
+    neither tracks nor lists (inside a nested repository) but holds anything is theirs too.
+    A submodule the move turns into a file or link must hold nothing."""
     changes = git.tree_changes(host, old, new)
     top = checkout.work_tree
     assert top is not None
-    removed = {c.path for c in changes if c.status in ("D", "T") and c.old_mode != GITLINK}  # tracked files it takes
-    submodules = [c.path for c in changes if c.old_mode == GITLINK and c.status in ("D", "T")
-                  and os.path.isdir(top / c.path) and not os.path.islink(top / c.path) and any(os.scandir(top / c.path))]
-    candidates = []
+    replaced = [c.path for c in changes if c.old_mode == GITLINK and c.status == "T" and _holds_anything(top / c.path)]
+    candidates = set()
     for change in changes:
-        if change.status != "A":
+        if change.status != "A" or change.new_mode == GITLINK:
             continue
         parts = change.path.split("/")
         for depth in range(1, len(parts) + 1):
-            prefix = "/".join(parts[:depth])
-            if prefix in removed:
-                break
-            place = top / prefix
+            place = top.joinpath(*parts[:depth])
             if depth == len(parts) and os.path.lexists(place) or depth < len(parts) and (
                     os.path.islink(place) or os.path.lexists(place) and not os.path.isdir(place)):
-                candidates.append(prefix)
+                candidates.add("/".join(parts[:depth]))
                 break
-    listed = git.untracked_listed(checkout, sorted(set(candidates)))
-    if not listed and not submodules:
+    found = [*(f"{p} (a submodule's checkout)" for p in replaced), *_theirs(checkout, top, sorted(candidates))]
+    if not found:
         return None
-    shown = [*(f"{p} (a submodule's checkout)" for p in submodules), *listed]
-    return ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+    return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+
+
+def _theirs(checkout: git.Repo, top: Path, candidates: list[str]) -> list[str]:
+    """Of the paths on disk where a move puts its own, those that hold something of the
+    person's: listed by git as untracked or ignored, or tracked by nothing and not empty."""
+    if not candidates:
+        return []
+    listed = git.untracked_listed(checkout, candidates)
+    tracked = git.tracked_listed(checkout, candidates)
+    theirs = []
+    for path in candidates:
+        under = (path, path + "/")
+        if any(p == path or p.startswith(under[1]) for p in listed) or not any(
+                p == path or p.startswith(under[1]) for p in tracked) and _holds_anything(top / path, file_counts=True):
+            theirs.append(path)
+    return theirs
+
+
+def _holds_anything(place: Path, *, file_counts: bool = False) -> bool:
+    """A directory with anything in it (or one that cannot be read: then no one can say it
+    holds nothing); with `file_counts`, a file or link too."""
+    if os.path.islink(place) or os.path.lexists(place) and not os.path.isdir(place):
+        return file_counts
+    try:
+        with os.scandir(place) as listing:
+            return any(True for _ in listing)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def bring_along(checkout: git.Repo, old: str, new: str) -> None:
@@ -436,7 +465,7 @@ def bring_along(checkout: git.Repo, old: str, new: str) -> None:
 
 
 def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: str, new: str, *,
-                     forget: Callable[[], None]) -> None:
+                     forget: Callable[[], object]) -> None:
     """The checkout of the target follows its branch: a two-tree merge writes only what the
     apply changed, keeps the person's own changes elsewhere, and refuses, changing nothing,
     where one is in its way (a changed or staged file the apply changes too, an untracked

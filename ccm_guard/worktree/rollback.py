@@ -195,8 +195,8 @@ def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applyi
         move = {"ref": target.ref, "old": tip, "new": result, "pid": os.getpid()}
         moved, _ = applying.move_target(host, task, target, tip, result,
                                         f"ccm-guard: roll back task {task.id}",
-                                        lambda on: registry.set_option(task.id, "rolled_back", move) if on
-                                        else registry.drop_option_if(task.id, "rolled_back", move),
+                                        lambda on: registry.claim_option(task.id, "rolled_back", move, status="APPLIED")
+                                        if on else registry.drop_option_if(task.id, "rolled_back", move),
                                         "rollback")
         if not moved:
             continue

@@ -487,3 +487,68 @@ def test_an_apply_of_a_task_another_process_is_applying_is_refused(repo: Path, t
         other.kill()
         other.wait()
     assert ccm("task", "apply", "t1", cwd=repo).returncode == 0  # its process gone: reconciled, then applied
+
+
+def test_apply_never_overwrites_a_file_in_the_persons_ignored_repository(repo: Path, tmp_path: Path) -> None:
+    """git lists nothing inside a nested repository, ignored or not: a file there that the
+    index does not track is the person's all the same (found by a third review)."""
+    (repo / ".gitignore").write_text("tools/\n*.env\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    make_repo(repo / "tools", {"x.py": "MY WORK\n"})
+    _task(repo, tmp_path, "t1", 'mkdir -p tools\necho agent > tools/x.py\nrgit add -f tools/x.py\nrgit commit -q -m t\n')
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8 and "tools/x.py" in proc.stderr, proc.stderr
+    assert (repo / "tools/x.py").read_text() == "MY WORK\n"
+
+
+def test_apply_trusts_the_checkout_not_the_target_for_what_it_removes(repo: Path, tmp_path: Path) -> None:
+    """The target tracks a file `cfg`, the task makes it a directory with cfg/local.env; the
+    person already removed cfg (staged) and keeps an ignored cfg/local.env of their own."""
+    (repo / ".gitignore").write_text("*.env\n")
+    (repo / "cfg").write_text("old\n")
+    git(repo, "add", ".gitignore", "cfg")
+    git(repo, "commit", "-q", "-m", "cfg")
+    _task(repo, tmp_path, "t1", 'rgit rm -q cfg\nmkdir cfg\necho agent > cfg/local.env\nrgit add -f cfg/local.env\n'
+                                'rgit commit -q -m t\n')
+    git(repo, "rm", "-q", "cfg")
+    (repo / "cfg").mkdir()
+    (repo / "cfg/local.env").write_text("MY SECRET\n")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8, proc.stderr
+    assert (repo / "cfg/local.env").read_text() == "MY SECRET\n"
+
+
+def test_a_task_that_removes_a_submodule_applies_and_keeps_its_checkout(repo: Path, tmp_path: Path) -> None:
+    """Removing a submodule is no refusal: git removes its directory only when empty, so the
+    person's work in it stays, as git checkout and git merge leave it (a third review)."""
+    sub = make_repo(tmp_path / "subsrc", {"f": "f\n"})
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git(repo, "commit", "-q", "-m", "add sub")
+    _task(repo, tmp_path, "t1", "rgit rm -q --cached sub\nrgit commit -q -m 'no sub'\n")
+    (repo / "sub/f").write_text("my uncommitted work\n")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (repo / "sub/f").read_text() == "my uncommitted work\n"
+
+
+def test_a_move_is_claimed_in_one_transaction_with_the_tasks_status(repo: Path, tmp_path: Path) -> None:
+    """Two applies of one task could both pass the first look and both land (a squash twice;
+    a third review): the record of a move is written only while the task is still what the
+    move needs and no other live process holds one."""
+    from ccm_guard.state.registry import Registry
+
+    _task(repo, tmp_path, "t1")
+    registry = Registry()
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        registry.set_option("t1", "applying", {"pid": other.pid})
+        assert not registry.claim_option("t1", "applying", {"pid": os.getpid()}, status="COMMITTED")
+    finally:
+        other.kill()
+        other.wait()
+    assert not registry.claim_option("t1", "applying", {"pid": os.getpid()}, status="APPLIED")
+    assert registry.claim_option("t1", "applying", {"pid": os.getpid()}, status="COMMITTED")
+    assert registry.drop_option_if("t1", "applying", {"pid": os.getpid()})
+    assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
+    assert not registry.claim_option("t1", "applying", {"pid": os.getpid()}, status="COMMITTED")  # applied now
