@@ -224,8 +224,7 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
                                f"{label} puts its own ({found}); nothing was changed: move them aside (git would "
                                f"overwrite an ignored file, or a submodule's checkout), then run the {label} again")
         if not record(True):
-            raise ApplyRefused(f"another process is at the {label} of task {task.id}, or has just done it; nothing "
-                               f"was changed: `ccm-guard task show {task.id}` says where it stands")
+            raise _claimed_elsewhere(task, label)
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
             record(False)
@@ -234,6 +233,11 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
         if checkout:
             _update_checkout(host, checkout, target, old, new, forget=lambda: record(False))
     return True, str(checkout.work_tree) if checkout else None
+
+
+def _claimed_elsewhere(task: Task, label: str) -> ApplyRefused:
+    return ApplyRefused(f"another process is at the {label} of task {task.id}, or has just done it; nothing was "
+                        f"changed: `ccm-guard task show {task.id}` says where it stands")
 
 
 def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, target: Target, strategy: str,
@@ -248,8 +252,10 @@ def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, tar
             if old is None:
                 raise UsageError(f"{target.url} has no branch {branch}: create it there first")
             new = build(host, task, head, old, strategy)
-            registry.set_option(task.id, "applying", {"ref": target.ref, "url": target.url, "old": old, "new": new,
-                                                      "strategy": strategy, "pid": os.getpid()})
+            if not registry.claim_option(task.id, "applying", {"ref": target.ref, "url": target.url, "old": old,
+                                                                "new": new, "strategy": strategy, "pid": os.getpid()},
+                                         status="COMMITTED"):
+                raise _claimed_elsewhere(task, "apply")
             push = git.push_ref(host, target.url, new, branch)
             if push is None:
                 return _record(registry, task, host, target, strategy, old, new, attempt, None)
@@ -271,13 +277,13 @@ def _record(registry: Registry, task: Task, host: git.Repo, target: Target, stra
         insertions=sum(s.added or 0 for s in stats), deletions=sum(s.deleted or 0 for s in stats),
         attempts=attempts, checkout=checkout, remote=target.url,
     )
-    with registry.transaction():
+    with registry.transaction():  # one: a second apply must never see it COMMITTED and unclaimed
+        registry.check_move(task.id, "APPLIED")
         options = registry.get(task.id).option_dict()
         options.pop("applying", None)
         options.pop("rolled_back", None)  # an earlier rollback's record would read as an interrupted one
         options["applied"] = {**applied.to_json(), "ref": target.ref, "at": time.time()}
-        registry.update(task.id, options=json.dumps(options))
-    registry.move(task.id, "APPLIED")
+        registry.update(task.id, options=json.dumps(options), status="APPLIED")
     return applied
 
 
@@ -402,16 +408,22 @@ def in_the_way(host: git.Repo, checkout: git.Repo, old: str, new: str) -> str | 
     changes = git.tree_changes(host, old, new)
     top = checkout.work_tree
     assert top is not None
-    replaced = [c.path for c in changes if c.old_mode == GITLINK and c.status == "T" and _holds_anything(top / c.path)]
+    # A submodule whose path, or a directory above it, becomes a file or link: git removes
+    # its checkout, the person's work in it included (a plain removal leaves it be).
+    files = {c.path for c in changes if c.status in ("A", "T") and c.new_mode != GITLINK}
+    replaced = [c.path for c in changes if c.old_mode == GITLINK and c.status in ("D", "T")
+                and _under_any(c.path, files) and _holds_anything(top / c.path)]
     candidates = set()
     for change in changes:
-        if change.status != "A" or change.new_mode == GITLINK:
+        if change.status != "A":
             continue
         parts = change.path.split("/")
         for depth in range(1, len(parts) + 1):
             place = top.joinpath(*parts[:depth])
-            if depth == len(parts) and os.path.lexists(place) or depth < len(parts) and (
-                    os.path.islink(place) or os.path.lexists(place) and not os.path.isdir(place)):
+            puts_file = depth == len(parts) and change.new_mode != GITLINK
+            # Where it puts a file, anything; where it needs a directory (or a submodule's,
+            # which git keeps), anything but a real directory.
+            if os.path.lexists(place) and (puts_file or os.path.islink(place) or not os.path.isdir(place)):
                 candidates.add("/".join(parts[:depth]))
                 break
     found = [*(f"{p} (a submodule's checkout)" for p in replaced), *_theirs(checkout, top, sorted(candidates))]
@@ -436,18 +448,25 @@ def _theirs(checkout: git.Repo, top: Path, candidates: list[str]) -> list[str]:
     return theirs
 
 
+def _under_any(path: str, paths: set[str]) -> bool:
+    """Whether `path` or a directory above it is one of `paths`."""
+    parts = path.split("/")
+    return any("/".join(parts[:depth]) in paths for depth in range(1, len(parts) + 1))
+
+
 def _holds_anything(place: Path, *, file_counts: bool = False) -> bool:
-    """A directory with anything in it (or one that cannot be read: then no one can say it
-    holds nothing); with `file_counts`, a file or link too."""
+    """A directory with anything but empty directories in it, or one that cannot be read
+    (then no one can say it holds nothing); with `file_counts`, a file or link too."""
     if os.path.islink(place) or os.path.lexists(place) and not os.path.isdir(place):
         return file_counts
     try:
         with os.scandir(place) as listing:
-            return any(True for _ in listing)
+            entries = list(listing)
     except FileNotFoundError:
         return False
     except OSError:
         return True
+    return any(not e.is_dir(follow_symlinks=False) or _holds_anything(Path(e.path), file_counts=True) for e in entries)
 
 
 def bring_along(checkout: git.Repo, old: str, new: str) -> None:

@@ -552,3 +552,50 @@ def test_a_move_is_claimed_in_one_transaction_with_the_tasks_status(repo: Path, 
     assert registry.drop_option_if("t1", "applying", {"pid": os.getpid()})
     assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
     assert not registry.claim_option("t1", "applying", {"pid": os.getpid()}, status="COMMITTED")  # applied now
+
+
+def test_apply_never_deletes_a_submodule_under_a_directory_made_a_file(repo: Path, tmp_path: Path) -> None:
+    """The task removes a tracked directory holding a submodule and puts a file of that name:
+    git removes the submodule's checkout with the person's work in it (a fourth review)."""
+    (repo / "notes").mkdir()
+    (repo / "notes/a.md").write_text("a\n")
+    sub = make_repo(tmp_path / "subsrc", {"f": "f\n"})
+    git(repo, "add", "notes")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "notes/sub")
+    git(repo, "commit", "-q", "-m", "notes with a submodule")
+    _task(repo, tmp_path, "t1", 'rgit rm -q -r --cached notes\nrm -rf notes\necho all > notes\nrgit add notes\n'
+                                'rgit commit -q -m "notes in one file"\n')
+    (repo / "notes/sub/f").write_text("my uncommitted work\n")
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 8 and "notes/sub (a submodule's checkout)" in proc.stderr, proc.stderr
+    assert (repo / "notes/sub/f").read_text() == "my uncommitted work\n"
+
+
+def test_only_empty_directories_where_the_task_puts_a_file_are_no_refusal(repo: Path, tmp_path: Path) -> None:
+    _task(repo, tmp_path, "t1", 'echo b > build\nrgit add build\nrgit commit -q -m build\n')
+    (repo / "build/sub/deeper").mkdir(parents=True)
+    proc = ccm("task", "apply", "t1", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert (repo / "build").read_text() == "b\n"
+
+
+def test_a_submodule_added_where_the_persons_ignored_file_stands_is_in_the_way(repo: Path) -> None:
+    """Git deletes a file standing where a move adds a submodule (a rollback re-adds one a
+    task removed); a real directory there it keeps, so that is no refusal (a fourth review)."""
+    from ccm_guard import git as gitapi
+    from ccm_guard.worktree.apply import in_the_way
+
+    old = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{old},sub")
+    git(repo, "commit", "-q", "-m", "a submodule")
+    new = git(repo, "rev-parse", "HEAD")
+    git(repo, "reset", "-q", "--hard", old)
+    (repo / ".git/info").mkdir(exist_ok=True)
+    (repo / ".git/info/exclude").write_text("sub\n")
+    host = gitapi.Repo(repo / ".git", repo / ".git", repo)
+    (repo / "sub").write_text("my ignored file\n")
+    assert in_the_way(host, host, old, new) == "sub"
+    (repo / "sub").unlink()
+    (repo / "sub").mkdir()
+    (repo / "sub/keep.txt").write_text("x\n")
+    assert in_the_way(host, host, old, new) is None
