@@ -440,20 +440,26 @@ def test_which_checkout_has_the_target_is_read_from_the_files_where_plain(repo: 
     assert linked is not None and linked.work_tree is not None and linked.work_tree.resolve() == (tmp_path / "linked").resolve()
 
 
-def test_apply_never_deletes_the_persons_submodule_checkout(repo: Path, tmp_path: Path) -> None:
-    """read-tree never looks inside a submodule it removes or replaces: a task that turns one
-    into a file (or deletes it and adds files beneath, an ignored one among them) would
-    take the person's uncommitted work in it. Refused while the submodule holds anything
-    (found by a review)."""
+@pytest.mark.parametrize("where", ["sub", "notes/sub"])
+def test_apply_never_deletes_the_persons_submodule_checkout(repo: Path, tmp_path: Path, where: str) -> None:
+    """read-tree never looks inside a submodule it replaces: a task that turns one into a
+    file, or a directory holding one (notes/sub, notes made a file), would take the
+    person's uncommitted work in it. Refused while the submodule holds anything (found by
+    the second and fourth reviews)."""
+    top = where.split("/")[0]
+    if "/" in where:
+        (repo / top).mkdir()
+        (repo / top / "a.md").write_text("a\n")
+        git(repo, "add", top)
     sub = make_repo(tmp_path / "subsrc", {"f": "f\n"})
-    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "sub")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), where)
     git(repo, "commit", "-q", "-m", "add sub")
-    _task(repo, tmp_path, "t1", 'rgit rm -q --cached sub\nrm -rf sub\necho agent > sub\nrgit add sub\n'
-                                'rgit commit -q -m "sub is a file now"\n')
-    (repo / "sub/f").write_text("my uncommitted work\n")
+    _task(repo, tmp_path, "t1", f'rgit rm -q -r --cached {top}\nrm -rf {top}\necho agent > {top}\nrgit add {top}\n'
+                                f'rgit commit -q -m "{top} is a file now"\n')
+    (repo / where / "f").write_text("my uncommitted work\n")
     proc = ccm("task", "apply", "t1", cwd=repo)
-    assert proc.returncode == 8 and "sub (a submodule's checkout)" in proc.stderr, proc.stderr
-    assert (repo / "sub/f").read_text() == "my uncommitted work\n"
+    assert proc.returncode == 8 and f"{where} (a submodule's checkout)" in proc.stderr, proc.stderr
+    assert (repo / where / "f").read_text() == "my uncommitted work\n"
 
 
 def test_apply_of_a_directory_made_a_file_is_no_refusal(tmp_path: Path) -> None:
@@ -552,23 +558,6 @@ def test_a_move_is_claimed_in_one_transaction_with_the_tasks_status(repo: Path, 
     assert registry.drop_option_if("t1", "applying", {"pid": os.getpid()})
     assert ccm("task", "apply", "t1", cwd=repo).returncode == 0
     assert not registry.claim_option("t1", "applying", {"pid": os.getpid()}, status="COMMITTED")  # applied now
-
-
-def test_apply_never_deletes_a_submodule_under_a_directory_made_a_file(repo: Path, tmp_path: Path) -> None:
-    """The task removes a tracked directory holding a submodule and puts a file of that name:
-    git removes the submodule's checkout with the person's work in it (a fourth review)."""
-    (repo / "notes").mkdir()
-    (repo / "notes/a.md").write_text("a\n")
-    sub = make_repo(tmp_path / "subsrc", {"f": "f\n"})
-    git(repo, "add", "notes")
-    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "notes/sub")
-    git(repo, "commit", "-q", "-m", "notes with a submodule")
-    _task(repo, tmp_path, "t1", 'rgit rm -q -r --cached notes\nrm -rf notes\necho all > notes\nrgit add notes\n'
-                                'rgit commit -q -m "notes in one file"\n')
-    (repo / "notes/sub/f").write_text("my uncommitted work\n")
-    proc = ccm("task", "apply", "t1", cwd=repo)
-    assert proc.returncode == 8 and "notes/sub (a submodule's checkout)" in proc.stderr, proc.stderr
-    assert (repo / "notes/sub/f").read_text() == "my uncommitted work\n"
 
 
 def test_only_empty_directories_where_the_task_puts_a_file_are_no_refusal(repo: Path, tmp_path: Path) -> None:
