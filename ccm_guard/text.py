@@ -25,6 +25,11 @@ def safe_lines(text: str) -> str:
     return _UNSAFE_IN_LINES.sub(_escaped, text)
 
 
+def first_few(items: list[str], few: int = 5) -> str:
+    """`a, b, c and 4 more`: a list named in one line of a message."""
+    return ", ".join(items[:few]) + (f" and {len(items) - few} more" if len(items) > few else "")
+
+
 def _escaped(match: re.Match[str]) -> str:
     char = ord(match.group())
     return f"\\x{char:02x}" if char < 0x100 else f"\\u{char:04x}"

@@ -208,7 +208,7 @@ def pack_names(idx: Path, oid_len: int) -> set[str]:
     return {data[start + i * oid_len: start + (i + 1) * oid_len].hex() for i in range(count)}
 
 
-def verify(path: Path, before_size: int, kept: Callable[[str], bool] = lambda rel: False) -> bool:
+def verify(path: Path, before_size: int, kept: Callable[[str], bool]) -> bool:
     """True when the file still holds exactly what its name promises. `kept(rel)`: whether
     another object file (pack/<name>) is as it was, identity and all."""
     if path.parent.name == "pack":

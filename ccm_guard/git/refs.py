@@ -46,18 +46,23 @@ def branch_tip(repo: Repo, ref: str) -> str | None:
             value = loose.strip().decode("ascii", "replace")
             if is_oid(value):
                 return value
-        elif not os.path.lexists(common / ref):
-            packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
-            if packed is None and not os.path.lexists(common / "packed-refs"):
+        elif not os.path.lexists(common / ref) and (packed := _packed_refs(common)) is not None:
+            end = packed.find(f" {ref}\n".encode())
+            if end < 0:
                 return None
-            if packed is not None and len(packed) <= _READ_LIMIT:
-                end = packed.find(f" {ref}\n".encode())
-                if end < 0:
-                    return None
-                value = packed[packed.rfind(b"\n", 0, end) + 1:end].decode("ascii", "replace")
-                if is_oid(value):
-                    return value
+            value = packed[packed.rfind(b"\n", 0, end) + 1:end].decode("ascii", "replace")
+            if is_oid(value):
+                return value
     return resolve_commit(repo, ref)
+
+
+def _packed_refs(common: Path) -> bytes | None:
+    """packed-refs whole (b"" where there is none); None where it cannot be read in Python
+    (not a plain file, or too large): git's to read."""
+    packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
+    if packed is None:
+        return None if os.path.lexists(common / "packed-refs") else b""
+    return packed if len(packed) <= _READ_LIMIT else None
 
 
 def current_branch(repo: Repo) -> str | None:
@@ -143,9 +148,9 @@ def branch_taken(repo: Repo, branch: str) -> bool:
         # A directory there is a branch's name only if refs are under it (ccm/t/x): git
         # removes empty ones in its way (an agent can plant them: refs/heads/ccm/ is its).
         return not stat.S_ISDIR(st.st_mode) or any(files for _, _, files in os.walk(common / ref))
-    packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
-    if packed is None or len(packed) > _READ_LIMIT:
-        return os.path.lexists(common / "packed-refs") and ref_exists(repo, ref)
+    packed = _packed_refs(common)
+    if packed is None:
+        return ref_exists(repo, ref)
     return f" {ref}\n".encode() in packed
 
 
@@ -156,8 +161,12 @@ _PLAINLY_VALID = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*
                             r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
 
 
+def _plainly_valid(name: str) -> bool:
+    return bool(_PLAINLY_VALID.fullmatch(name)) and not any(p.endswith(".lock") for p in name.split("/"))
+
+
 def check_branch_name(name: str) -> bool:
-    if name != "HEAD" and _PLAINLY_VALID.fullmatch(name) and not any(p.endswith(".lock") for p in name.split("/")):
+    if name != "HEAD" and _plainly_valid(name):
         return True
     return run(["check-ref-format", "--branch", name], check=False).returncode == 0
 
@@ -197,7 +206,7 @@ def _delete_loose(repo: Repo, ref: str, old: str) -> bool | None:
     the ref now in packed-refs): git must finish, and may find nothing left to delete."""
     common = repo.common_dir
     parts = ref.split("/")
-    if (repo.untrusted or len(parts) < 3 or parts[0] != "refs" or not all(map(_plain_part, parts))
+    if (repo.untrusted or len(parts) < 3 or parts[0] != "refs" or not _plainly_valid(ref)
             or os.path.lexists(common / "reftable") or not _unpacked(common, ref)):
         return False
     path = common / ref
@@ -231,21 +240,12 @@ def _delete_loose(repo: Repo, ref: str, old: str) -> bool | None:
     return True if _unpacked(common, ref) else None
 
 
-def _plain_part(part: str) -> bool:
-    return bool(_PLAIN_PART.fullmatch(part)) and ".." not in part and not part.endswith(".lock")
-
-
-_PLAIN_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-
 def _unpacked(common: Path, ref: str) -> bool:
     """Nobody is packing refs, and packed-refs (read whole) does not list `ref`."""
     if os.path.lexists(common / "packed-refs.lock"):
         return False
-    if not os.path.lexists(common / "packed-refs"):
-        return True
-    packed = read_regular(common / "packed-refs", _READ_LIMIT + 1)
-    return packed is not None and len(packed) <= _READ_LIMIT and f" {ref}\n".encode() not in packed
+    packed = _packed_refs(common)
+    return packed is not None and f" {ref}\n".encode() not in packed
 
 
 def drop_ref(repo: Repo, ref: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ccm_guard import git
 from ccm_guard.errors import RepoError
+from ccm_guard.files import read_regular
 from ccm_guard.state import trash
 from ccm_guard.state.registry import Registry, pid_alive
 
@@ -271,8 +272,6 @@ def _directories(root: Path) -> tuple[list[str], int]:
 def _unchanged_since_proof(entry: Entry) -> bool:
     """No directory of the tree changed since its proof was recorded, and every tracked file
     is as the index says. False (walk the tree) wherever that cannot be shown."""
-    from ccm_guard.files import read_regular
-
     root = Path(entry.path)
     try:
         if not entry.proof or identity(entry.dirs) != entry.proof:

@@ -37,6 +37,7 @@ from ccm_guard.state import home as state_home
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Task
+from ccm_guard.text import first_few
 
 SANDBOXES = ("auto", "landlock", "none")
 
@@ -181,9 +182,8 @@ def socket_notes(*, sandboxed: bool) -> tuple[str, ...]:
     found = sandbox.reachable_sockets() if sandboxed else []
     if not found:
         return ()
-    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
     return (f"the sandbox cannot refuse connections to Unix sockets on the file system, and the agent could "
-            f"reach {', '.join(found[:5])}{more}: a tmux, D-Bus or docker server there runs commands outside the "
+            f"reach {first_few(found)}: a tmux, D-Bus or docker server there runs commands outside the "
             "sandbox (stop it while agents run, or run ccm-guard in a container)",)
 
 

@@ -126,6 +126,13 @@ class Task:
         return data
 
 
+def in_flight(pending: dict[str, Any]) -> bool:
+    """The apply or rollback that wrote `pending` is still at work (another live process):
+    it records its own outcome; judging it now would race it."""
+    pid = pending.get("pid")
+    return isinstance(pid, int) and pid != os.getpid() and pid_alive(pid)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -273,8 +280,7 @@ class Registry:
         with self.transaction():
             task = self.get(task_id)
             held = task.option(key)
-            if task.status != status or (isinstance(held, dict) and isinstance(held.get("pid"), int)
-                                         and held["pid"] != os.getpid() and pid_alive(held["pid"])):
+            if task.status != status or (isinstance(held, dict) and in_flight(held)):
                 return False
             options = task.option_dict()
             options[key] = value

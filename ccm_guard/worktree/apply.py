@@ -26,7 +26,8 @@ from ccm_guard.errors import ApplyRefused, GitError, RepoError, StateError, Usag
 from ccm_guard.files import read_regular
 from ccm_guard.git import layout
 from ccm_guard.state.home import admin_lock
-from ccm_guard.state.registry import Registry, Task, pid_alive
+from ccm_guard.state.registry import Registry, Task, in_flight
+from ccm_guard.text import first_few
 
 STRATEGIES = ("merge", "squash", "ff")
 MAX_ATTEMPTS = 25  # local compare-and-swap: each lost race means another apply landed
@@ -287,13 +288,6 @@ def _record(registry: Registry, task: Task, host: git.Repo, target: Target, stra
     return applied
 
 
-def in_flight(pending: dict[str, Any]) -> bool:
-    """The apply or rollback that wrote `pending` is still at work (another live process):
-    it records its own outcome; judging it now would race it."""
-    pid = pending.get("pid")
-    return isinstance(pid, int) and pid != os.getpid() and pid_alive(pid)
-
-
 def reconcile(registry: Registry, task: Task) -> str | None:
     """An apply that was killed between moving the target and recording it: finish the record.
 
@@ -427,9 +421,7 @@ def in_the_way(host: git.Repo, checkout: git.Repo, old: str, new: str) -> str | 
                 candidates.add("/".join(parts[:depth]))
                 break
     found = [*(f"{p} (a submodule's checkout)" for p in replaced), *_theirs(checkout, top, sorted(candidates))]
-    if not found:
-        return None
-    return ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return first_few(found) if found else None
 
 
 def _theirs(checkout: git.Repo, top: Path, candidates: list[str]) -> list[str]:
@@ -439,13 +431,11 @@ def _theirs(checkout: git.Repo, top: Path, candidates: list[str]) -> list[str]:
         return []
     listed = git.untracked_listed(checkout, candidates)
     tracked = git.tracked_listed(checkout, candidates)
-    theirs = []
-    for path in candidates:
-        under = (path, path + "/")
-        if any(p == path or p.startswith(under[1]) for p in listed) or not any(
-                p == path or p.startswith(under[1]) for p in tracked) and _holds_anything(top / path, file_counts=True):
-            theirs.append(path)
-    return theirs
+    def within(path: str, names: list[str]) -> bool:
+        return any(name == path or name.startswith(path + "/") for name in names)
+
+    return [path for path in candidates if within(path, listed)
+            or not within(path, tracked) and _holds_anything(top / path, file_counts=True)]
 
 
 def _under_any(path: str, paths: set[str]) -> bool:
@@ -499,18 +489,17 @@ def _update_checkout(host: git.Repo, checkout: git.Repo, target: Target, old: st
                                "moved again meanwhile, so it was not put back: `ccm-guard task show` says where "
                                "it stands") from exc
         forget()
-        in_way = list(dict.fromkeys(_IN_THE_WAY.findall(exc.message)))
+        in_way = list(dict.fromkeys(_NAMED_BY_READ_TREE.findall(exc.message)))
         if in_way:
-            shown = ", ".join(in_way[:5]) + (f" and {len(in_way) - 5} more" if len(in_way) > 5 else "")
             raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with uncommitted changes in "
-                               f"the way ({shown}); the branch was put back, nothing changed: commit or stash them, "
+                               f"the way ({first_few(in_way)}); the branch was put back, nothing changed: commit or stash them, "
                                "then apply again") from exc
         raise ApplyRefused(f"{checkout.work_tree} could not be brought up to date ({exc.message}); "
                            "the branch was put back, nothing changed: clear the way and apply again") from exc
 
 
 # read-tree names what is in its way: "Entry 'a' not uptodate", "Untracked working tree file 'b' would be ..."
-_IN_THE_WAY = re.compile(r"(?:Entry|file) '([^'\n]*)'")
+_NAMED_BY_READ_TREE = re.compile(r"(?:Entry|file) '([^'\n]*)'")
 
 
 @contextlib.contextmanager

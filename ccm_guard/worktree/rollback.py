@@ -17,7 +17,7 @@ from ccm_guard.errors import (
 )
 from ccm_guard.git import layout
 from ccm_guard.state.pins import SNAPSHOT_PREFIX
-from ccm_guard.state.registry import Registry, Task
+from ccm_guard.state.registry import Registry, Task, in_flight
 from ccm_guard.worktree import apply as applying
 from ccm_guard.worktree.ops import _not_running, _work_head, require_git, task_repo
 
@@ -96,7 +96,7 @@ def reconcile(registry: Registry, task: Task) -> str | None:
     finish the record (and bring the checkout along), or forget the attempt. None when
     there was nothing to do."""
     pending = task.option("rolled_back")
-    if not pending or task.status != "APPLIED" or pending.get("remote") or applying.in_flight(pending):
+    if not pending or task.status != "APPLIED" or pending.get("remote") or in_flight(pending):
         return None
     host = layout.host_repo(Path(task.repo))
     old, new = pending["old"], pending["new"]

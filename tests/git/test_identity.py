@@ -57,7 +57,7 @@ def test_the_files_give_what_git_gives(tmp_path: Path, monkeypatch: pytest.Monke
     assert read == config._identity_by_git(repo), case
 
 
-@pytest.mark.parametrize("text", ["[include]\n\tpath = other\n", '[includeIf "gitdir:~/work/"]\n\tpath = w\n',
+@pytest.mark.parametrize("text", ["[include]\n\tpath = other\n", '[includeIf "gitdir:~/projects/"]\n\tpath = w\n',
                                   '[user]\n\tname = "Quoted"\n', "[user]\n\tname = A # comment\n",
                                   "[user]\r\n\tname = A\r\n"])
 def test_a_file_not_written_plainly_is_left_to_git(tmp_path: Path, text: str) -> None:
