@@ -50,3 +50,46 @@ def test_the_exit_code_table_lists_every_code() -> None:
         assert f"  {int(code):<4} {code.text.split()[0]}" in EXIT_CODE_TABLE
     helped = ccm("--help", cwd=ROOT).stdout
     assert all(f"{int(code):<4} " in helped for code in ExitCode)
+
+
+def test_the_installed_command_is_run() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'ccm-guard = "ccm_guard.cli:run"' in text
+    assert "from ccm_guard.cli import run" in (ROOT / "ccm_guard" / "__main__.py").read_text()
+
+
+_LEAVING = """
+import atexit, sys, threading, time
+import click
+from ccm_guard import cli
+
+out = sys.argv.pop()
+
+def late():
+    time.sleep(0.3)
+    open(out + "/thread", "w").write("finished")
+
+@click.command()
+def command():
+    threading.Thread(target=late).start()
+    atexit.register(lambda: open(out + "/handler", "w").write("ran"))
+    click.echo("x" * 300000)
+    click.echo("the last line", err=True)
+    sys.exit(7)
+
+cli.main = command
+cli.run()
+"""
+
+
+def test_leaving_without_the_teardown_loses_nothing(tmp_path: Path) -> None:
+    """`run` ends the process without the interpreter's teardown: all the command
+    printed still arrives through pipes, its exit code is kept, a thread it started
+    finishes and its exit handlers run."""
+    proc = subprocess.run([sys.executable, "-c", _LEAVING, str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "x" * 300000 + "\n"
+    assert proc.stderr == "the last line\n"
+    assert (tmp_path / "thread").read_text() == "finished"
+    assert (tmp_path / "handler").read_text() == "ran"

@@ -12,6 +12,7 @@ import os
 import re
 import sqlite3
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -194,15 +195,15 @@ class Registry:
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the task registry {self.path}: {exc}; check $CCM_GUARD_HOME") from exc
         self.db.row_factory = sqlite3.Row
+        # Closed when dropped or at the process's exit, however it leaves (cli.run skips
+        # the interpreter's teardown): the last connection folds the WAL into the file.
+        self.close = weakref.finalize(self, self.db.close)
 
     def _migrate(self) -> None:
         """Registries made by an earlier version lack later columns; add them."""
         have = {row[1] for row in self.db.execute("PRAGMA table_info(tasks)")}
         if "options" not in have:
             self.db.execute("ALTER TABLE tasks ADD COLUMN options TEXT NOT NULL DEFAULT '{}'")
-
-    def close(self) -> None:
-        self.db.close()
 
     def add(self, task: Task) -> None:
         fields = dataclasses.asdict(task)
