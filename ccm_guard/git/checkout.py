@@ -13,6 +13,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
 from ccm_guard.git.core import Repo, describe_failure, run
+from ccm_guard.git.index import trust_unchanged
 from ccm_guard.git.objects import blob_at
 
 # --- linked worktrees --------------------------------------------------------------------------
@@ -305,12 +306,14 @@ def unsplit_index(repo: Repo, index: Path) -> None:
 
 
 class KeptIndex(NamedTuple):
-    """ccm-guard's copy of a task's index file, the commit it was taken at, and whether it
-    is the index of ccm-guard's own checkout (no setup step ran: nothing staged or flagged)."""
+    """ccm-guard's copy of a task's index file, the commit it was taken at, whether it is
+    the index of ccm-guard's own checkout (no setup step ran: nothing staged or flagged),
+    and when the copy was made (its change time, ns: before the agent started; 0 unknown)."""
 
     path: Path
     at: str
     pristine: bool = False
+    made_ns: int = 0
 
 
 def status_without_trusting_index(repo: Repo, trusted: KeptIndex | None, *, ignored: bool,
@@ -361,6 +364,10 @@ def private_index(repo: Repo, trusted: KeptIndex | None, env: Mapping[str, str],
         except OSError:
             trusted = None  # gone meanwhile: every file is read
     if trusted is not None:
+        # ccm-guard's own checkout, before anyone could write into it: its racily clean
+        # entries (a fresh checkout's every file) need not all be read again where proven.
+        trusted_as_of = trust_unchanged(private, repo.work_tree, written_before_ns=trusted.made_ns,
+                                        oid_len=len(trusted.at) // 2) if trusted.pristine and repo.work_tree else None
         if trusted.pristine and head == trusted.at:
             return True
         # A one-tree merge keeps the stat data of the entries HEAD matches; -i: the work
@@ -368,6 +375,8 @@ def private_index(repo: Repo, trusted: KeptIndex | None, env: Mapping[str, str],
         if run(["read-tree", "-m", "-i", "HEAD"], repo, env=env, check=False).returncode == 0:
             if not trusted.pristine:
                 _unflag(repo, env)
+            elif trusted_as_of is not None:  # rewritten now: its kept entries are the proven ones
+                os.utime(private, ns=(trusted_as_of, trusted_as_of))
             return True
         private.unlink(missing_ok=True)
     run(["read-tree", "HEAD"], repo, env=env)

@@ -150,7 +150,7 @@ def kept_index(record: object) -> git.KeptIndex | None:
         return None
     if not stat.S_ISREG(st.st_mode) or identity(st) != record.get("identity"):
         return None
-    return git.KeptIndex(Path(record["path"]), record["at"], record.get("pristine") is True)
+    return git.KeptIndex(Path(record["path"]), record["at"], record.get("pristine") is True, made_ns=st.st_ctime_ns)
 
 
 def file_digest(path: Path) -> str:

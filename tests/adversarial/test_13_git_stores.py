@@ -327,6 +327,29 @@ def test_an_edit_hidden_by_a_forged_index_entry_fails_clean_tree(repo: Path, tmp
     assert clean["status"] == "fail" and "src/app.py" in clean["findings"][0]["paths"]
 
 
+# The agent's first act, in the second ccm-guard checked the files out: src/app.py rewritten
+# in place with its size, its mtime put back to the nanosecond. git compares whole seconds;
+# ccm-guard lets it trust a fresh checkout's entries only where proven to the nanosecond,
+# and only the change time, which no one can put back, tells this file apart.
+SAME_SECOND_EDIT = """python3 - <<'PY'
+import os
+st = os.lstat("src/app.py")
+with open("src/app.py", "w") as fh:
+    fh.write("print('EV')\\n")  # as long as "print('hi')"
+os.utime("src/app.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+PY"""
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_an_edit_with_its_size_and_mtime_kept_fails_clean_tree(repo: Path, tmp_path: Path, commit: bool) -> None:
+    agent = write_agent(tmp_path, SAME_SECOND_EDIT + (f"\n{COMMIT.replace('git add -A', 'git add work.txt')}"
+                                                      if commit else ""))
+    res = run_exec(repo, agent, *(() if commit else ("--no-require-commit",)))
+    assert "EV" in (Path(res.verdict["worktree"]) / "src/app.py").read_text()
+    assert res.code == 1
+    assert "src/app.py" in all_paths(res, "clean-tree")
+
+
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_an_edit_hidden_by_an_index_flag_fails_clean_tree(repo: Path, tmp_path: Path, flag: str) -> None:
     agent = write_agent(tmp_path, f"""{COMMIT}
