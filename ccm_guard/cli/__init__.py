@@ -102,18 +102,16 @@ def run() -> None:
     does that matters is done first, in its order: other threads are waited for, exit
     handlers run (the trash's deleter, the pool's finisher), the streams are flushed.
     Anything unusual (an uncaught exception, a non-numeric exit, a stream that cannot be
-    flushed) takes the interpreter's own way out instead."""
+    flushed, a profiler or tracer watching) takes the interpreter's own way out instead."""
     try:
         # The installed command's name under `python -m` too: in usage lines, in next
         # steps, and in the variable shell completion is driven by (_CCM_GUARD_COMPLETE).
         code = main(prog_name="ccm-guard")
     except SystemExit as exc:
         code = exc.code
-    if code is not None and not isinstance(code, int):
-        sys.exit(code)
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    if (code is not None and not isinstance(code, int)) or sys.getprofile() or sys.gettrace():
+        sys.exit(code)  # a profiler or coverage writes its report at the interpreter's exit
+    threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter: other threads, then their hooks
     atexit._run_exitfuncs()
     try:
         for stream in (sys.stdout, sys.stderr):

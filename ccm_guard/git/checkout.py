@@ -364,10 +364,12 @@ def private_index(repo: Repo, trusted: KeptIndex | None, env: Mapping[str, str],
         except OSError:
             trusted = None  # gone meanwhile: every file is read
     if trusted is not None:
-        # ccm-guard's own checkout, before anyone could write into it: its racily clean
-        # entries (a fresh checkout's every file) need not all be read again where proven.
-        trusted_as_of = trust_unchanged(private, repo.work_tree, written_before_ns=trusted.made_ns,
-                                        oid_len=len(trusted.at) // 2) if trusted.pristine and repo.work_tree else None
+        trusted_as_of = None
+        if trusted.pristine and repo.work_tree is not None:
+            # ccm-guard's own checkout, copied before anyone could write into it: its racily
+            # clean entries (a fresh checkout's every file) are not all read again where proven.
+            trusted_as_of = trust_unchanged(private, repo.work_tree, written_before_ns=trusted.made_ns,
+                                            oid_len=len(trusted.at) // 2)
         if trusted.pristine and head == trusted.at:
             return True
         # A one-tree merge keeps the stat data of the entries HEAD matches; -i: the work

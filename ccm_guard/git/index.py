@@ -13,7 +13,7 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Sequence
 
 from ccm_guard.digest import hasher
 from ccm_guard.git.core import Repo, run
@@ -51,35 +51,55 @@ def sizes(path: Path, oid_len: int = 20) -> tuple[int, int] | None:
 
 _ENTRY = struct.Struct(">10I")  # ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size
 _SIZE_AT = 36  # the size field's offset in an entry
+Entry = tuple[int, tuple[int, ...], int, bytes]  # offset, stat fields, flags, path
 
 
-def _entries(data: bytes, oid_len: int) -> Iterator[tuple[int, tuple[int, ...], int, bytes]] | None:
-    """An index file's entries as (offset, stat fields, flags, path), or None for a file
-    this does not read: not an index, or another version. Iterating raises ValueError for
-    a split or sparse index (its entries are not all in the file)."""
+def entries(data: bytes | bytearray, oid_len: int = 20) -> list[Entry] | None:
+    """An index file's entries as (offset, stat fields, flags, path), or None for what this
+    does not read: not an index of version 2 to 4, or a split or sparse index (whose
+    entries are not all in the file)."""
     if len(data) < 12 or data[:4] != b"DIRC":
         return None
     version, count = struct.unpack(">II", data[4:12])
-    if version not in (2, 3):  # 4 compresses paths; rare enough to be left to git
+    if version not in (2, 3, 4):
         return None
-
-    def walk() -> Iterator[tuple[int, tuple[int, ...], int, bytes]]:
-        pos, fixed = 12, 40 + oid_len + 2
+    found: list[Entry] = []
+    pos, fixed, path = 12, 40 + oid_len + 2, b""
+    try:
         for _ in range(count):
             flags, head = struct.unpack_from(">H", data, pos + fixed - 2)[0], fixed
-            if version == 3 and flags & 0x4000:  # extended flags follow, as their upper half
+            if version >= 3 and flags & 0x4000:  # extended flags follow, as their upper half
                 flags |= struct.unpack_from(">H", data, pos + fixed)[0] << 16
                 head += 2
-            end = data.index(b"\0", pos + head)
-            yield pos, _ENTRY.unpack_from(data, pos), flags, data[pos + head:end]
-            pos += (end - pos + 8) & ~7
+            if version == 4:  # the last path, less as many bytes as a varint says, then the rest
+                strip, at = _varint(data, pos + head)
+                end = data.index(b"\0", at)
+                path = path[:len(path) - strip] + data[at:end]
+                found.append((pos, _ENTRY.unpack_from(data, pos), flags, path))
+                pos = end + 1
+            else:
+                end = data.index(b"\0", pos + head)
+                found.append((pos, _ENTRY.unpack_from(data, pos), flags, bytes(data[pos + head:end])))
+                pos += (end - pos + 8) & ~7
         while pos + 8 <= len(data) - oid_len:  # the extensions, until the trailing checksum
-            name, size = data[pos:pos + 4], struct.unpack_from(">I", data, pos + 4)[0]
-            if name in (b"link", b"sdir"):
-                raise ValueError(f"a {name.decode()} extension")
-            pos += 8 + size
+            if data[pos:pos + 4] in (b"link", b"sdir"):
+                return None
+            pos += 8 + struct.unpack_from(">I", data, pos + 4)[0]
+    except (ValueError, IndexError, struct.error):
+        return None
+    return found
 
-    return walk()
+
+def _varint(data: bytes | bytearray, pos: int) -> tuple[int, int]:
+    """git's offset varint at `pos` (each continued byte adds one before the shift): the
+    value and the position after it."""
+    byte = data[pos]
+    value = byte & 0x7F
+    while byte & 0x80:
+        pos += 1
+        byte = data[pos]
+        value = ((value + 1) << 7) | (byte & 0x7F)
+    return value, pos + 1
 
 
 _ASSUMED, _SKIPPED = 0x8000, 0x4000 << 16  # assume-valid; skip-worktree (an extended flag)
@@ -95,40 +115,31 @@ def trust_unchanged(index: Path, work_tree: Path, *, written_before_ns: int, oid
     same second as the index ("racily clean"): after a fresh checkout that is every file,
     and git reads them all again on every status (50 ms at 10k files, seconds at 100k).
     An entry is proven unchanged when its file is as the entry records it to the
-    nanosecond, inode and size included, and the entry's change time is before
-    `written_before_ns` (before anyone else could write into the work tree): any write
-    since gives the file a later change time, which no one can set back. (An entry
-    changed in an earlier second than that needs no proof: a later write changes the
-    second of its change time, which git compares itself, core.trustCtime on.) Each racily
-    clean entry not proven is smudged as git itself does it (size 0: git reads the file),
-    then the file's mtime moves past every entry so git trusts the others. An index with
-    a flagged entry, or one this does not read, is left as it is (git reads every racily
-    clean file, as ever)."""
+    nanosecond (change time, mtime, inode, size, type) and the entry's change time is
+    before `written_before_ns` (before anyone else could write into the work tree): any
+    write since gives the file a later change time, which no one can set back. Nothing
+    else is assumed of clocks: not that two of them agree, not that one never goes back.
+    Each racily clean entry not proven is smudged as git itself does it (size 0: git
+    reads the file); then the file's mtime moves past every entry, so git trusts the
+    others. An index with a flagged entry (assume-unchanged, skip-worktree), or one this
+    does not read, is left as it is: git reads every racily clean file, as ever."""
     try:
         data = bytearray(index.read_bytes())
         since = os.stat(index).st_mtime_ns // 1_000_000_000
-        entries = _entries(bytes(data), oid_len)
-        if entries is None:
-            return None
-        base, latest, racy, lstat = os.fsencode(work_tree) + b"/", since, 0, os.lstat
-        for pos, (ctime_s, ctime_ns, mtime_s, mtime_ns, _, ino, mode, _, _, size), flags, path in entries:
-            if mtime_s < since or mode == _GITLINK:  # trusted by git anyway; a submodule is not stat-compared
-                continue
-            if flags & (_ASSUMED | _SKIPPED):
-                return None
-            latest, racy = max(latest, mtime_s), racy + 1
-            if ctime_s < written_before_ns // 1_000_000_000:
-                continue  # any later write changes the change time's second, which git compares
-            # Proven: changed before anyone else could write, on a file system with
-            # nanoseconds, and on disk exactly so (a vanished file is not proven either).
-            ctime = ctime_s * 1_000_000_000 + ctime_ns
-            st = _lstat(lstat, base + path) if ctime < written_before_ns and (ctime_ns or mtime_ns) else None
-            if (st is None or st.st_ctime_ns != ctime or st.st_mtime_ns != mtime_s * 1_000_000_000 + mtime_ns
-                    or st.st_ino & 0xFFFFFFFF != ino or st.st_size & 0xFFFFFFFF != size
-                    or (st.st_mode ^ mode) & 0o170000):
-                data[pos + _SIZE_AT:pos + _SIZE_AT + 4] = bytes(4)
-    except (OSError, ValueError, struct.error):
+    except OSError:
         return None
+    found = entries(data, oid_len)
+    if found is None or any(flags & (_ASSUMED | _SKIPPED) for _, _, flags, _ in found):
+        return None
+    base, latest, racy = os.fsencode(work_tree) + b"/", since, 0
+    for pos, (ctime_s, ctime_ns, mtime_s, mtime_ns, _, ino, mode, _, _, size), _, path in found:
+        if mtime_s < since or mode == _GITLINK:  # trusted by git anyway; a submodule is not stat-compared
+            continue
+        latest, racy = max(latest, mtime_s), racy + 1
+        if not _proven(base + path, ctime=ctime_s * 1_000_000_000 + ctime_ns,
+                       mtime=mtime_s * 1_000_000_000 + mtime_ns, ino=ino, mode=mode, size=size,
+                       before=written_before_ns):
+            data[pos + _SIZE_AT:pos + _SIZE_AT + 4] = bytes(4)
     if not racy:
         return None
     if any(data[-oid_len:]):  # the checksum (all zeros where git was told to skip it)
@@ -144,11 +155,18 @@ def trust_unchanged(index: Path, work_tree: Path, *, written_before_ns: int, oid
     return mark
 
 
-def _lstat(lstat: Callable[[bytes], os.stat_result], path: bytes) -> os.stat_result | None:
+def _proven(path: bytes, *, ctime: int, mtime: int, ino: int, mode: int, size: int, before: int) -> bool:
+    """The file at `path` is as an index entry with these stat data recorded it, to the
+    nanosecond, and was last changed before `before` (ns). A file system that keeps no
+    nanoseconds proves nothing."""
+    if ctime >= before or not (ctime % 1_000_000_000 or mtime % 1_000_000_000):
+        return False
     try:
-        return lstat(path)
-    except OSError:
-        return None
+        st = os.lstat(path)
+    except OSError:  # gone, or a directory on its way became a file
+        return False
+    return (st.st_ctime_ns == ctime and st.st_mtime_ns == mtime and st.st_ino & 0xFFFFFFFF == ino
+            and st.st_size & 0xFFFFFFFF == size and not (st.st_mode ^ mode) & 0o170000)
 
 
 def reset_index(repo: Repo, rev: str) -> None:

@@ -197,7 +197,10 @@ class Registry:
         self.db.row_factory = sqlite3.Row
         # Closed when dropped or at the process's exit, however it leaves (cli.run skips
         # the interpreter's teardown): the last connection folds the WAL into the file.
-        self.close = weakref.finalize(self, self.db.close)
+        self._closer = weakref.finalize(self, self.db.close)
+
+    def close(self) -> None:
+        self._closer()
 
     def _migrate(self) -> None:
         """Registries made by an earlier version lack later columns; add them."""

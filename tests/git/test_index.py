@@ -5,25 +5,31 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 import time
 from pathlib import Path
 
+import pytest
 from conftest import git
 
-from ccm_guard.git.index import trust_unchanged
+from ccm_guard.git.index import entries, trust_unchanged
 
 FILES = 20
 
 
-def _checked_out(tmp_path: Path, *, copy_after: float = 0.05) -> tuple[Path, Path, int]:
-    """A work tree just checked out, ccm-guard's copy of its index (taken `copy_after`
-    seconds later), and when the copy was made (ns). Every entry is racily clean: the
-    index's mtime is put in the second of the oldest file, as when git writes files and
-    index within one second."""
+@pytest.fixture(params=[2, 4], ids=["index-v2", "index-v4"])
+def version(request: pytest.FixtureRequest) -> int:
+    """The index versions: 2, git's own; 4 (paths prefix-compressed), which feature.manyFiles sets."""
+    return int(request.param)
+
+
+def _checked_out(tmp_path: Path, version: int = 2) -> tuple[Path, Path, int]:
+    """A work tree just checked out, ccm-guard's copy of its index, and when the copy was
+    made (ns). Every entry is racily clean: the index's mtime is put in the second of the
+    oldest file, as when git writes files and index within one second."""
     repo = tmp_path / "r"
     repo.mkdir()
     git(repo, "init", "-q")
+    git(repo, "config", "index.version", str(version))
     for i in range(FILES):
         (repo / f"f{i}.txt").write_text(f"file {i}\n")
     (repo / "link").symlink_to("f0.txt")
@@ -35,7 +41,7 @@ def _checked_out(tmp_path: Path, *, copy_after: float = 0.05) -> tuple[Path, Pat
     index = repo / ".git" / "index"
     oldest = min(os.lstat(p).st_mtime_ns for p in [*repo.glob("f*.txt"), repo / "link"])
     os.utime(index, ns=(oldest, oldest))
-    time.sleep(copy_after)  # past the clock's tick at least: the copy is later than every file
+    time.sleep(0.05)  # past the clock's tick: the copy is later than every file
     copy = tmp_path / "index.copy"
     shutil.copy2(index, copy)
     return repo, copy, os.lstat(copy).st_ctime_ns
@@ -49,21 +55,18 @@ def _private(tmp_path: Path, copy: Path) -> Path:
 
 def _sizes(index: Path) -> dict[str, int]:
     """path -> the size its entry records (0: smudged, git reads the file)."""
-    data = index.read_bytes()
-    count, pos, sizes = struct.unpack(">I", data[8:12])[0], 12, {}
-    for _ in range(count):
-        length = struct.unpack(">H", data[pos + 60:pos + 62])[0] & 0xFFF
-        sizes[data[pos + 62:pos + 62 + length].decode()] = struct.unpack(">I", data[pos + 36:pos + 40])[0]
-        pos += (62 + length + 8) & ~7
-    return sizes
+    found = entries(index.read_bytes())
+    assert found is not None
+    return {path.decode(): fields[9] for _, fields, _, path in found}
 
 
 def _status(repo: Path, index: Path) -> str:
     return git(repo, "status", "--porcelain", env={"GIT_INDEX_FILE": str(index)})
 
 
-def test_a_fresh_checkout_is_trusted_as_it_is(tmp_path: Path) -> None:
-    repo, copy, made = _checked_out(tmp_path)
+def test_a_fresh_checkout_is_trusted_as_it_is(tmp_path: Path, version: int) -> None:
+    repo, copy, made = _checked_out(tmp_path, version)
+    assert len(_sizes(copy)) == FILES + 1
     private = _private(tmp_path, copy)
     mark = trust_unchanged(private, repo, written_before_ns=made)
     assert mark is not None and os.stat(private).st_mtime_ns == mark
@@ -73,13 +76,13 @@ def test_a_fresh_checkout_is_trusted_as_it_is(tmp_path: Path) -> None:
     git(repo, "ls-files", "--stage", env={"GIT_INDEX_FILE": str(private)})  # git takes the rewritten file
 
 
-def test_a_file_written_after_the_copy_is_read_by_git(tmp_path: Path) -> None:
+def test_a_file_written_after_the_copy_is_read_by_git(tmp_path: Path, version: int) -> None:
     """Rewritten in place with its size and its mtime put back to the nanosecond, and one
     replaced by a new file of the same size: git, trusting whole seconds, would take both
     for clean once the index is newer; each is smudged instead, the rest kept."""
     while time.time() % 1 > 0.3:  # all of it within one second, as an agent quick enough would be
         time.sleep(0.05)
-    repo, copy, made = _checked_out(tmp_path)
+    repo, copy, made = _checked_out(tmp_path, version)
     edited, replaced = repo / "f3.txt", repo / "f4.txt"
     before = os.lstat(edited)
     edited.write_text("FILE 3\n")
@@ -99,17 +102,21 @@ def test_a_file_written_after_the_copy_is_read_by_git(tmp_path: Path) -> None:
     assert sorted(line.strip() for line in _status(repo, private).splitlines()) == ["M f3.txt", "M f4.txt"]
 
 
-def test_entries_of_a_second_before_the_copy_are_left_to_git(tmp_path: Path) -> None:
-    """Files written in an earlier second than the copy need no proof: a write after the
-    copy changes the second of the change time, which git compares itself."""
-    repo, copy, made = _checked_out(tmp_path, copy_after=1.1)
+def test_a_clock_ahead_at_the_copy_proves_no_edit_away(tmp_path: Path) -> None:
+    """However the clocks of the copy and the work tree disagree (a network file system's
+    server behind, a clock stepped back), an edit within the checkout's second, its mtime
+    put back, is still read: only the exact match to the nanosecond proves an entry."""
+    while time.time() % 1 > 0.3:
+        time.sleep(0.05)
+    repo, copy, made = _checked_out(tmp_path)
     edited = repo / "f3.txt"
     before = os.lstat(edited)
     edited.write_text("FILE 3\n")
     os.utime(edited, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.lstat(edited).st_ctime_ns // 10**9 == before.st_ctime_ns // 10**9, "the test took over a second"
     private = _private(tmp_path, copy)
-    assert trust_unchanged(private, repo, written_before_ns=made) is not None
-    assert _sizes(private) == _sizes(copy)  # nothing smudged, the edited file neither
+    assert trust_unchanged(private, repo, written_before_ns=made + 10**9) is not None  # the copy a second ahead
+    assert _sizes(private)["f3.txt"] == 0
     assert _status(repo, private) == "M f3.txt"
 
 
@@ -140,7 +147,7 @@ def test_an_entry_without_nanoseconds_is_read(tmp_path: Path) -> None:
 def test_an_index_it_does_not_read_or_with_a_flag_is_left_alone(tmp_path: Path) -> None:
     repo, copy, made = _checked_out(tmp_path)
     index = repo / ".git" / "index"
-    for change in (["--skip-worktree", "f1.txt"], ["--index-version", "4"]):
+    for change in (["--skip-worktree", "f1.txt"], ["--no-skip-worktree", "f1.txt", "--split-index"]):
         git(repo, "update-index", *change)
         private = tmp_path / "index.private"
         shutil.copy2(index, private)
