@@ -20,29 +20,12 @@ import errno
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, ContextManager
 
 from ccm_guard.files import lock_now
 from ccm_guard.state.home import home
-
-# The deleter: lock the entry (so `sweep` leaves it alone), then delete it. Stdlib only,
-# run with -I -S: nothing of the caller's environment or site is loaded.
-_DELETER = """\
-import fcntl, os, subprocess, sys
-os.nice(10)
-for entry in sys.argv[1:]:
-    try:
-        fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
-        continue
-    subprocess.run(["rm", "-rf", "--one-file-system", "--", entry], stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(fd)
-"""
 
 # Entries this process put in the trash, for the deleter started when it exits.
 _pending: list[Path] = []
@@ -97,14 +80,26 @@ def release() -> None:
 
 
 def _start_deleter(paths: list[Path]) -> None:
-    """A process in its own session (Ctrl-C to ccm-guard's group does not reach it), with
-    no stdout or stderr (whoever waits for ccm-guard's output is not kept waiting)."""
-    with contextlib.suppress(OSError):  # no deleter: `sweep` finds the entries later
-        subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _DELETER, *map(str, paths)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, cwd="/",
-        )
+    """`nice rm -rf` of the entries, holding their locks: each is locked here (one another
+    deleter holds is left to it) and the lock's file descriptor passed on, so that it is
+    held until rm exits, whatever becomes of this process (`sweep` deletes only what no
+    deleter holds). In its own session (Ctrl-C to ccm-guard's group does not reach it),
+    with no stdout or stderr (whoever waits for ccm-guard's output is not kept waiting).
+    No interpreter in between: one cost ~15 ms of CPU after every run."""
+    locked = {str(path): fd for path in paths if (fd := _try_lock(path)) is not None}
+    try:
+        if locked:
+            subprocess.Popen(
+                ["nice", "-n", "10", "rm", "-rf", "--one-file-system", "--", *locked],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, pass_fds=[fd for fd in locked.values() if fd >= 0], cwd="/",
+            )
+    except OSError:
+        pass  # no deleter: `sweep` finds the entries later
+    finally:
+        for fd in locked.values():
+            if fd >= 0:
+                os.close(fd)  # the deleter's copy keeps the lock
 
 
 def remove_worktree(worktree: Path, admin_dir: Path,

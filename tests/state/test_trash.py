@@ -92,6 +92,23 @@ def test_a_killed_process_leaves_its_trash_to_sweep(tmp_path: Path) -> None:
     wait_until(lambda: not entry.exists(), "the sweep's deleter to delete the killed process's entry")
 
 
+def test_the_deleter_holds_its_entries_locks_until_it_is_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """The locks are taken by the process that starts the deleter and handed to rm: the
+    starter lets go at once, and a sweep meanwhile still leaves the entry to the deleter.
+    (An rm that takes its time and deletes nothing stands in for a large tree.)"""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "rm").write_text("#!/bin/sh\nsleep 1\n")
+    (fake / "rm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    entry = tree_of_files(trash.trash_dir() / "1-1-abcdef-held", 3)
+    trash._start_deleter([entry])
+    assert trash.busy(entry) and trash.sweep().busy == [str(entry)]
+    wait_until(lambda: not trash.busy(entry), "the deleter to let go when it exits")
+    assert entry.exists()  # (the stand-in deleted nothing)
+
+
 def test_sweep_deletes_what_a_crash_left_and_skips_entries_being_deleted(tmp_path: Path) -> None:
     left = trash.trash_dir() / "1-1-abcdef-crashed"
     tree_of_files(left, 10)
