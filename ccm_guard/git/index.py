@@ -76,7 +76,11 @@ def entries(data: bytes | bytearray, oid_len: int = 20, *, since: int = 0) -> li
             if version == 4:  # the last path, less as many bytes as a varint says, then the rest
                 strip, at = _varint(data, pos + head)
                 end = data.index(b"\0", at)
+                if strip > len(path):
+                    return None
                 path = path[:len(path) - strip] + data[at:end]
+                if flags & 0xFFF < 0xFFF and len(path) != flags & 0xFFF:  # as git, which stops there
+                    return None
                 following = end + 1
             else:
                 length = flags & 0xFFF  # the name's length, or 0xFFF for "as long as or longer"

@@ -79,27 +79,32 @@ def release() -> None:
         _pending.clear()
 
 
+_CHUNK = 256  # entries a deleter: its locks stay well within the open-file limit, its arguments within ARG_MAX
+
+
 def _start_deleter(paths: list[Path]) -> None:
     """`nice rm -rf` of the entries, holding their locks: each is locked here (one another
-    deleter holds is left to it) and the lock's file descriptor passed on, so that it is
-    held until rm exits, whatever becomes of this process (`sweep` deletes only what no
-    deleter holds). In its own session (Ctrl-C to ccm-guard's group does not reach it),
-    with no stdout or stderr (whoever waits for ccm-guard's output is not kept waiting).
-    No interpreter in between: one cost ~15 ms of CPU after every run."""
-    locked = {str(path): fd for path in paths if (fd := _try_lock(path)) is not None}
-    try:
-        if locked:
-            subprocess.Popen(
-                ["nice", "-n", "10", "rm", "-rf", "--one-file-system", "--", *locked],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, pass_fds=[fd for fd in locked.values() if fd >= 0], cwd="/",
-            )
-    except OSError:
-        pass  # no deleter: `sweep` finds the entries later
-    finally:
-        for fd in locked.values():
-            if fd >= 0:
-                os.close(fd)  # the deleter's copy keeps the lock
+    process holds is left to it, and to a later `gc`) and the lock's file descriptor is
+    passed on, so that it is held until rm exits, whatever becomes of this process
+    (`sweep` deletes only what no deleter holds). A deleter per `_CHUNK` entries. In its
+    own session (Ctrl-C to ccm-guard's group does not reach it), with no stdout or stderr
+    (whoever waits for ccm-guard's output is not kept waiting). No interpreter in
+    between: one cost ~15 ms of CPU after every run."""
+    for start in range(0, len(paths), _CHUNK):
+        locked = {str(path): fd for path in paths[start:start + _CHUNK] if (fd := _try_lock(path)) is not None}
+        try:
+            if locked:
+                subprocess.Popen(
+                    ["nice", "-n", "10", "rm", "-rf", "--one-file-system", "--", *locked],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True, pass_fds=[fd for fd in locked.values() if fd >= 0], cwd="/",
+                )
+        except OSError:
+            pass  # no deleter: `sweep` finds the entries later
+        finally:
+            for fd in locked.values():
+                if fd >= 0:
+                    os.close(fd)  # the deleter's copy keeps the lock
 
 
 def remove_worktree(worktree: Path, admin_dir: Path,
@@ -172,11 +177,15 @@ def sweep(dry_run: bool = False, wait: bool = True) -> SweepReport:
 
 
 def _try_lock(entry: Path) -> int | None:
-    """An fd holding the entry's lock (-1 for a plain file), or None when a deleter holds it."""
+    """An fd holding the entry's lock (-1 for what cannot be locked: a plain file, a link,
+    or gone), or None when another process holds it or it cannot be opened now (too many
+    open files, no permission): then it is left for later."""
     try:
         fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return -1  # not a directory (or just deleted): nothing can hold it
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.ENOENT):
+            return -1  # not a directory (or just deleted): nothing can hold it
+        return None
     return lock_now(fd)
 
 

@@ -109,6 +109,21 @@ def test_the_deleter_holds_its_entries_locks_until_it_is_done(tmp_path: Path, mo
     assert entry.exists()  # (the stand-in deleted nothing)
 
 
+def test_more_entries_than_open_files_allowed_are_all_deleted(tmp_path: Path) -> None:
+    """A gc that expires many tasks hands the deleter more entries than a process may hold
+    locks on at once (here 400 open files, 1100 entries): a deleter a chunk, each started
+    with its chunk's locks, and every entry goes."""
+    for i in range(1100):
+        (trash.trash_dir() / f"{i}-1-abcdef-t{i}").mkdir(parents=True)
+    code = """import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (400, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from ccm_guard.state import trash
+trash._start_deleter(trash.entries())
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wait_until(lambda: trash.entries() == [], "the deleters to delete all 1100 entries")
+
+
 def test_sweep_deletes_what_a_crash_left_and_skips_entries_being_deleted(tmp_path: Path) -> None:
     left = trash.trash_dir() / "1-1-abcdef-crashed"
     tree_of_files(left, 10)
