@@ -93,7 +93,6 @@ def main() -> None:
     """
 
 
-
 def run() -> None:
     """The installed command and `python -m ccm_guard`: `main`, then out without the
     interpreter's teardown. Freeing the objects of some 200 modules one by one costs

@@ -79,7 +79,7 @@ def release() -> None:
         _pending.clear()
 
 
-_CHUNK = 256  # entries a deleter: its locks stay well within the open-file limit, its arguments within ARG_MAX
+_CHUNK = 256  # entries per deleter: their locks stay well within the open-file limit, their names within ARG_MAX
 
 
 def _start_deleter(paths: list[Path]) -> None:
