@@ -85,7 +85,7 @@ def task_list(show_all: bool, all_repos: bool, as_json: bool) -> None:
     if not tasks:
         where = f" in {Path(repo).parent}" if repo else ""
         click.echo(f"no tasks{where}" + ("" if show_all else " (--all shows finished ones)")
-                   + (" (--all-repos shows other repositories')" if repo else ""))
+                   + (" (--all-repos shows other repositories)" if repo else ""))
         return
     now = time.time()
     click.echo(f"{'TASK':28} {'STATUS':11} {'AGE':>4}  {'STRATEGY':16} {'BRANCH':36} WORKTREE"

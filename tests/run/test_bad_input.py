@@ -284,3 +284,8 @@ def test_a_damaged_registry_says_how_to_start_again(repo: Path, tmp_path: Path, 
         assert proc.returncode == ExitCode.STATE, proc.stderr
         line = one_line_error(proc)
         assert "is damaged" in line and f"mv {db} {db}.damaged" in line
+
+
+def test_an_empty_task_list_says_where_to_look_next(repo: Path) -> None:
+    out = ccm("task", "list", cwd=repo).stdout.strip()
+    assert out == (f"no tasks in {repo} (--all shows finished ones) (--all-repos shows other repositories)")
