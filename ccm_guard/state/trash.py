@@ -94,17 +94,24 @@ def _start_deleter(paths: list[Path]) -> None:
         locked = {str(path): fd for path in paths[start:start + _CHUNK] if (fd := _try_lock(path)) is not None}
         try:
             if locked:
-                subprocess.Popen(
-                    ["nice", "-n", "10", "rm", "-rf", "--one-file-system", "--", *locked],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    start_new_session=True, pass_fds=[fd for fd in locked.values() if fd >= 0], cwd="/",
-                )
+                _spawn_rm(list(locked), [fd for fd in locked.values() if fd >= 0])
         except OSError:
             pass  # no deleter: `sweep` finds the entries later
         finally:
             for fd in locked.values():
                 if fd >= 0:
                     os.close(fd)  # the deleter's copy keeps the lock
+
+
+def _spawn_rm(paths: list[str], fds: list[int]) -> None:
+    rm = ["rm", "-rf", "--one-file-system", "--", *paths]
+    for command in (["nice", "-n", "10", *rm], rm):  # without nice where there is none
+        try:
+            subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True, pass_fds=fds, cwd="/")
+            return
+        except FileNotFoundError:
+            continue
 
 
 def remove_worktree(worktree: Path, admin_dir: Path,

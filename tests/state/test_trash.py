@@ -109,6 +109,19 @@ def test_the_deleter_holds_its_entries_locks_until_it_is_done(tmp_path: Path, mo
     assert entry.exists()  # (the stand-in deleted nothing)
 
 
+def test_without_nice_the_deleter_is_rm_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    said = tmp_path / "said"
+    (fake / "rm").write_text(f"#!/bin/sh\necho \"$@\" > {said}\n")  # (no nice on this PATH)
+    (fake / "rm").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    entry = tree_of_files(trash.trash_dir() / "1-1-abcdef-plain", 3)
+    trash._start_deleter([entry])
+    wait_until(said.exists, "rm to be started")
+    wait_until(lambda: said.read_text().strip() == f"-rf --one-file-system -- {entry}", "rm's arguments")
+
+
 def test_more_entries_than_open_files_allowed_are_all_deleted(tmp_path: Path) -> None:
     """A gc that expires many tasks hands the deleter more entries than a process may hold
     locks on at once (here 400 open files, 1100 entries): a deleter a chunk, each started
