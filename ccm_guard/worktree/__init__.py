@@ -12,11 +12,9 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ccm_guard import failpoints, git, progress
-from ccm_guard.agent import processes
-from ccm_guard.agent.processes import Proc
 from ccm_guard.errors import GitError, RepoError, StateError, UsageError
 from ccm_guard.git import index as indexfile
 from ccm_guard.git.layout import admin_dir_of, admin_dirs_pointing_at, host_repo
@@ -30,7 +28,9 @@ from ccm_guard.state.home import (
 )
 from ccm_guard.state.pins import ARCHIVE_PREFIX, BRANCH_PREFIX, Pins
 from ccm_guard.state.registry import Registry, Task, new_task_id, sanitise_task_id
-from ccm_guard.worktree.sparse import sparse_cone
+
+if TYPE_CHECKING:
+    from ccm_guard.agent.processes import Proc
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "ccm-guard",
@@ -89,6 +89,8 @@ def create(p: Plan, registry: Registry, command: list[str], options: dict[str, o
     look; False, never), else fresh; a `sparse` one (cone-mode directories) is always fresh.
     """
     host = host_repo(p.main.common_dir)
+    from ccm_guard.worktree.sparse import sparse_cone  # (the policy's modules: not for apply or discard)
+
     cone = sparse_cone(host, p.base, sparse, pool)  # refused before anything is written
     now = time.time()
     task = Task(
@@ -149,6 +151,8 @@ def _fresh(p: Plan, host: git.Repo, cone: list[str]) -> Path:
 
 def in_use(task: Task) -> list[Proc]:
     """Live processes of the task (see processes.using); none when its worktree is gone."""
+    from ccm_guard.agent import processes  # (ctypes: only where a worktree is to go)
+
     if not os.path.isdir(task.worktree):
         return []
     return processes.using(Path(task.worktree), task.option("marker"))

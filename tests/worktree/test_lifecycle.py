@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,25 @@ def test_apply_merges_without_touching_the_person_s_files_and_updates_their_clea
     # Applying twice is refused with the reason.
     again = ccm("task", "apply", "t1", cwd=repo)
     assert again.returncode == 8 and "already applied" in again.stderr
+
+
+_IMPORTED = """import json, sys
+from ccm_guard.cli import main
+try:
+    main(sys.argv[1:], prog_name="ccm-guard")
+finally:
+    print(json.dumps(sorted(m for m in ("ctypes", "ccm_guard.agent.processes", "ccm_guard.policy",
+                                         "ccm_guard.detect.gates") if m in sys.modules)), file=sys.stderr)
+"""
+
+
+def test_apply_imports_neither_the_process_search_nor_the_policy(repo: Path, tmp_path: Path) -> None:
+    """An apply reads no policy and looks for no process (ctypes): a few ms of every apply."""
+    assert _task(repo, tmp_path, "t1")["code"] == 0
+    proc = subprocess.run([sys.executable, "-c", _IMPORTED, "task", "apply", "t1", "--json"], cwd=repo,
+                          capture_output=True, text=True, timeout=60)
+    assert _json(proc)["applied"]["target"] == "main"
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == []
 
 
 def test_apply_refuses_a_checkout_whose_changes_are_in_its_way_and_changes_nothing(repo: Path, tmp_path: Path) -> None:
