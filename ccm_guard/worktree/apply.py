@@ -199,24 +199,32 @@ def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, targ
         new = build(host, task, head, old, strategy)
         intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
         moved, checkout = move_target(host, task, target, old, new, f"ccm-guard: apply task {task.id}",
-                                      lambda on: registry.claim_option(task.id, "applying", intent, status="COMMITTED")
-                                      if on else registry.drop_option_if(task.id, "applying", intent), "apply")
+                                      registry=registry, intent=intent, label="apply")
         if moved:
             return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
         time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
     raise ApplyRefused(f"{target.name} kept moving: gave up after {MAX_ATTEMPTS} attempts; try again")
 
 
-def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, message: str,
-                record: Callable[[bool], bool], label: str) -> tuple[bool, str | None]:
+# A move's record in the task's options, and the status the task must still have to make it.
+_CLAIMS = {"apply": ("applying", "COMMITTED"), "rollback": ("rolled_back", "APPLIED")}
+
+
+def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, message: str, *,
+                registry: Registry, intent: dict[str, Any], label: str) -> tuple[bool, str | None]:
     """Move a local branch old -> new by compare-and-swap, and a checkout of it along.
 
-    `record(True)` writes the move to the registry first (other runs then know it is
-    ccm-guard's, and a crash after it is reconciled), False where another process has a
-    move of the same task in flight or made one meanwhile; `record(False)` takes it back
-    where the move did not happen. Returns (False, None) when somebody else moved the
-    branch first, else (True, the checkout brought along or None).
+    The move (`intent`, with this process's pid) is claimed in the registry first (other
+    runs then know it is ccm-guard's, and a crash after it is reconciled); ApplyRefused
+    where another process has a move of the same task in flight or made one meanwhile.
+    The claim is taken back where the move did not happen. Returns (False, None) when
+    somebody else moved the branch first, else (True, the checkout brought along or None).
     """
+    option, status = _CLAIMS[label]
+
+    def release() -> None:
+        registry.drop_option_if(task.id, option, intent)
+
     common = Path(task.repo)
     checkout = checked_out(host, target.ref, Path(task.main_worktree))
     with _apply_lock(common) if checkout else contextlib.nullcontext():
@@ -224,15 +232,15 @@ def move_target(host: git.Repo, task: Task, target: Target, old: str, new: str, 
             raise ApplyRefused(f"{target.name} is checked out in {checkout.work_tree} with files of yours where the "
                                f"{label} puts its own ({found}); nothing was changed: move them aside (git would "
                                f"overwrite an ignored file, or a submodule's checkout), then run the {label} again")
-        if not record(True):
+        if not registry.claim_option(task.id, option, intent, status=status):
             raise _claimed_elsewhere(task, label)
         failpoints.point(f"{label}-before-cas")
         if not git.try_update_ref(host, target.ref, new, old, message):
-            record(False)
+            release()
             return False, None
         failpoints.point(f"{label}-after-cas")
         if checkout:
-            _update_checkout(host, checkout, target, old, new, forget=lambda: record(False))
+            _update_checkout(host, checkout, target, old, new, forget=release)
     return True, str(checkout.work_tree) if checkout else None
 
 

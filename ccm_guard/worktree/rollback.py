@@ -186,18 +186,15 @@ def _revert_commit(host: git.Repo, task: Task, tip: str, old: str, new: str) -> 
 def _revert_local(registry: Registry, host: git.Repo, task: Task, target: applying.Target, old: str,
                   new: str) -> dict[str, Any]:
     for _ in range(applying.MAX_ATTEMPTS):
-        tip = git.resolve_commit(host, target.ref)
+        tip = git.branch_tip(host, target.ref)
         if tip is None:
             raise StateError(f"branch {target.name} is gone: nothing to roll back")
         if not git.is_ancestor(host, new, tip):
             raise StateError(f"{target.name} no longer contains the apply ({new[:12]}): it was already undone")
         result = old if tip == new else _revert_commit(host, task, tip, old, new)
         move = {"ref": target.ref, "old": tip, "new": result, "pid": os.getpid()}
-        moved, _ = applying.move_target(host, task, target, tip, result,
-                                        f"ccm-guard: roll back task {task.id}",
-                                        lambda on: registry.claim_option(task.id, "rolled_back", move, status="APPLIED")
-                                        if on else registry.drop_option_if(task.id, "rolled_back", move),
-                                        "rollback")
+        moved, _ = applying.move_target(host, task, target, tip, result, f"ccm-guard: roll back task {task.id}",
+                                        registry=registry, intent=move, label="rollback")
         if not moved:
             continue
         how = "reset (nothing had landed since)" if result == old else "revert commit (later work kept)"
