@@ -93,3 +93,26 @@ def test_leaving_without_the_teardown_loses_nothing(tmp_path: Path) -> None:
     assert proc.stderr == "the last line\n"
     assert (tmp_path / "thread").read_text() == "finished"
     assert (tmp_path / "handler").read_text() == "ran"
+
+
+_COLLECTIONS = """
+import gc
+gc.collect()  # the interpreter's own start counted out
+passes = []
+gc.callbacks.append(lambda phase, info: passes.append(info["generation"]) if phase == "stop" else None)
+import ccm_guard.cli, ccm_guard.cli.exec, ccm_guard.run.exec, ccm_guard.run.judge, ccm_guard.run.dispose
+print(len(passes), gc.get_threshold()[0])
+"""
+
+
+def test_starting_a_command_sets_off_no_collection() -> None:
+    """What a command's start makes lives to its end: importing everything an exec
+    imports sets off at most the one collector pass that reading the command line's own
+    module, before its first line raises the threshold, can (the default threshold:
+    some 30 passes). Cycles are still collected past the raised threshold."""
+    proc = subprocess.run([sys.executable, "-c", _COLLECTIONS], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    passes, threshold = map(int, proc.stdout.split())
+    assert passes <= 1
+    assert 0 < threshold <= 100_000
