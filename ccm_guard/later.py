@@ -30,6 +30,11 @@ class Later(Generic[T]):
             self._value = self._call()
         except BaseException as exc:  # re-raised in the caller's thread by result()
             self._error = exc
+        finally:
+            # A call that refers to its own Later (ctx.x = Later(lambda: ... ctx ...)) would
+            # tie it, and all it holds, into a cycle that only the collector frees, and
+            # the command line makes that rare (cli/__init__.py): let go of it once run.
+            del self._call
 
     def result(self) -> T:
         """The call's value once it has finished; its exception, raised again, if it failed."""

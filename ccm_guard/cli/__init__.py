@@ -10,9 +10,11 @@ from __future__ import annotations
 import gc
 
 # Before the imports: what a command's start makes (modules, classes, functions, ~20k
-# objects the collector tracks) lives to its end, and the default (a pass every 700 new
-# objects) walked it ~45 times in an `exec -- true`: 5 ms, to free a few hundred objects.
-# Cycles are still collected, less often; ccm-guard makes few.
+# objects the collector tracks) lives to its end, and the default threshold (700 new
+# objects, net) had the collector walk it some 35 times in an `exec -- true`: 5 ms,
+# to free a few hundred objects. Cycles are still collected, less often: what holds
+# much (a judging context, a range's changes) must not be tied into one (later.py).
+# The whole process keeps this threshold, including a test process that imports it.
 gc.set_threshold(100_000)
 
 import atexit
