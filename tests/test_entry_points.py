@@ -2,7 +2,9 @@
 
 Guard hooks installed by earlier versions live on in people's repositories and import
 `ccm_guard.hookrun`; the pool's detached refiller imports `ccm_guard.pool` by name; and
-`--help` prints the exit-code table made from ExitCode.
+`--help` prints the exit-code table made from ExitCode. And what the entry points do
+on the way in and out: `run` leaves without the interpreter's teardown, and importing
+the command line raises the collector's threshold before anything else.
 """
 
 from __future__ import annotations
