@@ -437,13 +437,21 @@ def _theirs(checkout: git.Repo, top: Path, candidates: list[str]) -> list[str]:
     person's: listed by git as untracked or ignored, or tracked by nothing and not empty."""
     if not candidates:
         return []
-    listed = git.untracked_listed(checkout, candidates)
-    tracked = git.tracked_listed(checkout, candidates)
-    def within(path: str, names: list[str]) -> bool:
-        return any(name == path or name.startswith(path + "/") for name in names)
+    listed = _with_parents(git.untracked_listed(checkout, candidates))
+    tracked = _with_parents(git.tracked_listed(checkout, candidates))
+    return [path for path in candidates if path in listed
+            or path not in tracked and _holds_anything(top / path, file_counts=True)]
 
-    return [path for path in candidates if within(path, listed)
-            or not within(path, tracked) and _holds_anything(top / path, file_counts=True)]
+
+def _with_parents(names: list[str]) -> set[str]:
+    """The names and every directory above each: a path is one of them, or holds one, when
+    it is in the set (one pass, however many files git lists below the candidates)."""
+    found: set[str] = set()
+    for name in names:
+        while name and name not in found:
+            found.add(name)
+            name = name.rpartition("/")[0]
+    return found
 
 
 def _under_any(path: str, paths: set[str]) -> bool:
