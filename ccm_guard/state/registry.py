@@ -14,7 +14,7 @@ import sqlite3
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ccm_guard.errors import StateError, UsageError
 from ccm_guard.state.home import home
@@ -267,47 +267,64 @@ class Registry:
             self.check_move(task_id, status)
             self.update(task_id, status=status, **fields)
 
-    def set_option(self, task_id: str, key: str, value: Any) -> None:
-        """Record one fact about a task (its archive, an apply in flight, ...) in `options`."""
+    def edit_options(self, task_id: str, edit: Callable[[Task, dict[str, Any]], bool], **fields: Any) -> bool:
+        """Change a task's `options` in one transaction (another process may be changing
+        the same row): `edit` is given the task as stored and its options, changes the
+        options in place, and says whether they are to be written, with `fields` (a
+        `status` among them is checked against the lifecycle). Whether they were."""
         with self.transaction():
-            options = self.get(task_id).option_dict()
+            task = self.get(task_id)
+            options = task.option_dict()
+            if not edit(task, options):
+                return False
+            if "status" in fields:
+                self.check_move(task_id, fields["status"])
+            self.update(task_id, options=json.dumps(options), **fields)
+        return True
+
+    def set_option(self, task_id: str, key: str, value: Any) -> None:
+        """Record one fact about a task (its archive, an apply in flight, ...) in `options`;
+        None removes it."""
+        def put(_: Task, options: dict[str, Any]) -> bool:
             if value is None:
                 options.pop(key, None)
             else:
                 options[key] = value
-            self.update(task_id, options=json.dumps(options))
+            return True
+
+        self.edit_options(task_id, put)
 
     def claim_option(self, task_id: str, key: str, value: dict[str, Any], *, status: str) -> bool:
         """Record `value` (a move in flight, with this process's pid) under `key`, in one
         transaction, only while the task is still `status` and no other live process has a
         record there: False otherwise (two applies of one task at once both landed)."""
-        with self.transaction():
-            task = self.get(task_id)
-            held = task.option(key)
+        def claim(task: Task, options: dict[str, Any]) -> bool:
+            held = options.get(key)
             if task.status != status or (isinstance(held, dict) and in_flight(held)):
                 return False
-            options = task.option_dict()
             options[key] = value
-            self.update(task_id, options=json.dumps(options))
-        return True
+            return True
+
+        return self.edit_options(task_id, claim)
 
     def drop_option_if(self, task_id: str, key: str, expected: Any) -> bool:
         """Remove `key` from a task's options only while it still holds `expected` (another
         process may have written its own meanwhile); whether it did."""
-        with self.transaction():
-            options = self.get(task_id).option_dict()
+        def drop(_: Task, options: dict[str, Any]) -> bool:
             if options.get(key) != expected:
                 return False
-            options.pop(key)
-            self.update(task_id, options=json.dumps(options))
-        return True
+            options.pop(key, None)
+            return True
+
+        return self.edit_options(task_id, drop)
 
     def merge_option(self, task_id: str, key: str, values: dict[str, Any]) -> None:
         """Add `values` to the mapping a task keeps under `key` in `options`, in one transaction."""
-        with self.transaction():
-            options = self.get(task_id).option_dict()
+        def merge(_: Task, options: dict[str, Any]) -> bool:
             options[key] = {**(options.get(key) or {}), **values}
-            self.update(task_id, options=json.dumps(options))
+            return True
+
+        self.edit_options(task_id, merge)
 
     def delete(self, task_id: str) -> None:
         _write(self.db, "DELETE FROM tasks WHERE id = ?", (task_id,))

@@ -25,6 +25,7 @@ from ccm_guard import failpoints, git, worktree
 from ccm_guard.errors import ApplyRefused, GitError, RepoError, StateError, UsageError
 from ccm_guard.files import read_regular
 from ccm_guard.git import layout
+from ccm_guard.pathrules.check import GITLINK
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.registry import Registry, Task, in_flight
 from ccm_guard.text import first_few
@@ -286,13 +287,14 @@ def _record(registry: Registry, task: Task, host: git.Repo, target: Target, stra
         insertions=sum(s.added or 0 for s in stats), deletions=sum(s.deleted or 0 for s in stats),
         attempts=attempts, checkout=checkout, remote=target.url,
     )
-    with registry.transaction():  # one: a second apply must never see it COMMITTED and unclaimed
-        registry.check_move(task.id, "APPLIED")
-        options = registry.get(task.id).option_dict()
+    def record(_: Task, options: dict[str, Any]) -> bool:
         options.pop("applying", None)
         options.pop("rolled_back", None)  # an earlier rollback's record would read as an interrupted one
         options["applied"] = {**applied.to_json(), "ref": target.ref, "at": time.time()}
-        registry.update(task.id, options=json.dumps(options), status="APPLIED")
+        return True
+
+    # One transaction: a second apply must never see it COMMITTED and unclaimed.
+    registry.edit_options(task.id, record, status="APPLIED")
     return applied
 
 
@@ -392,8 +394,6 @@ def _plain_checkout(common: Path, ref: str, main_worktree: Path) -> git.Repo | N
         return git.Repo(common, common, main_worktree)
     return False
 
-
-GITLINK = "160000"
 
 
 def in_the_way(host: git.Repo, checkout: git.Repo, old: str, new: str) -> str | None:
