@@ -202,3 +202,108 @@ def test_pool_status_lists_the_trash(tmp_path: Path) -> None:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def logging_rm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`rm` on PATH that writes each call's arguments (a line) to the file returned, then
+    runs the real rm: who deleted what is seen, and the deletion is real."""
+    fake, said = tmp_path / "bin", tmp_path / "rm-calls"
+    fake.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v rm"], capture_output=True, text=True, check=True).stdout.strip()
+    (fake / "rm").write_text(f'#!/bin/sh\necho "$*" >> {said}\nexec {real} "$@"\n')
+    (fake / "rm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    return said
+
+
+def _shared_deletion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, work: Path, files: int) -> list[list[str]]:
+    """Delete `work` as a large tree, two rm processes at once; the parts each rm call
+    was given (the last call's: the entry itself)."""
+    said = logging_rm(tmp_path, monkeypatch)
+    monkeypatch.setattr(trash, "_SHARED_FROM", 10)
+    monkeypatch.setattr(trash, "_SHARERS", 2)
+    entry = trash.discard(work, files=files)
+    assert entry is not None
+    trash.release()
+    wait_until(lambda: trash.entries() == [], "the shared deleter to empty the trash")
+    assert not trash.busy(entry)
+    calls = said.read_text().splitlines()
+    assert all(call.startswith("-rf --one-file-system -- ") for call in calls)
+    assert calls[-1] == f"-rf --one-file-system -- {entry}"  # the rest, once the parts are gone
+    return [[Path(part).relative_to(entry).as_posix() for part in call.split(" -- ")[1].split()]
+            for call in calls[:-1]]
+
+
+def test_a_large_tree_is_shared_among_several_rm_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry known to hold many files: the names in its top directory go to xargs,
+    which runs rm on them a few at a time, side by side; one rm takes what is left. All
+    of it goes, and the lock is held until the last rm is done."""
+    work = tmp_path / "work"
+    for i in range(30):
+        (work / f"d{i % 10}").mkdir(parents=True, exist_ok=True)
+        (work / f"d{i % 10}" / f"f{i}").write_text(f"{i}\n")
+    calls = _shared_deletion(tmp_path, monkeypatch, work, files=30)
+    assert len(calls) > 1
+    assert sorted(part for call in calls for part in call) == sorted(f"d{i}" for i in range(10))
+
+
+def test_a_tree_under_few_directories_is_opened_up_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree under one `src/`: what it holds is moved up into the top directory (renamed),
+    so that there is something to share; nothing is given to rm by a deeper path."""
+    work = tree_of_files(tmp_path / "work" / "src", 40).parent  # src/d0..d4, eight files each
+    calls = _shared_deletion(tmp_path, monkeypatch, work, files=40)
+    parts = [part for call in calls for part in call]
+    assert len(calls) > 1 and "src" in parts and all("/" not in part for part in parts)
+    # d0..d4 moved up, then their forty files: twice, for there were still fewer than 4 directories
+    assert len([part for part in parts if part.startswith(".ccm-guard-part-")]) == 45
+
+
+def test_a_shared_deletion_follows_no_link_out_of_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent left links in its worktree's top directory to a directory of the
+    person's and to one of their files: only the links go."""
+    monkeypatch.setattr(trash, "_SHARED_FROM", 10)
+    monkeypatch.setattr(trash, "_SHARERS", 2)
+    persons = tree_of_files(tmp_path / "persons", 10)
+    work = tree_of_files(tmp_path / "work", 20)
+    (work / "to-dir").symlink_to(persons)
+    (work / "to-file").symlink_to(persons / "d0" / "f0")
+    (work / "d1" / "deeper").symlink_to(persons / "d1")
+    trash.discard(work, files=20)
+    trash.release()
+    wait_until(lambda: trash.entries() == [], "the shared deleter to empty the trash")
+    assert sorted(p.relative_to(persons).as_posix() for p in persons.rglob("*") if p.is_file()) == \
+        sorted(f"d{i % 5}/f{i}" for i in range(10))
+
+
+def test_without_xargs_a_large_tree_still_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where there is no xargs (a minimal system), the final rm takes the whole tree."""
+    monkeypatch.setattr(trash, "_SHARED_FROM", 10)
+    monkeypatch.setattr(trash, "_SHARERS", 2)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "rm", "nice"):
+        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    trash.discard(tree_of_files(tmp_path / "work", 30), files=30)
+    trash.release()
+    wait_until(lambda: trash.entries() == [], "the final rm to empty the trash")
+
+
+def test_remove_worktree_says_how_many_files_the_tree_holds(repo: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count comes from the worktree's index (its header), read before its admin dir goes."""
+    seen: dict[Path, int] = {}
+    monkeypatch.setattr(trash, "_start_deleter", lambda paths, files=None: seen.update(files or {}))
+    for i in range(7):
+        (repo / f"f{i}.txt").write_text(f"{i}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "files")
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", str(worktree))
+    admin = Path(git(repo, "rev-parse", "--absolute-git-dir")) / "worktrees" / "wt"
+    tracked = len(git(repo, "ls-files").splitlines())
+    entry = trash.remove_worktree(worktree, admin)
+    trash.release()
+    assert entry is not None and seen == {entry: tracked}
