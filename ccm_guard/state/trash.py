@@ -206,7 +206,7 @@ def remove_worktree(worktree: Path, admin_dir: Path,
 
     Returns the trash entry.
     """
-    entry = discard(worktree, files=_files_in(admin_dir / "index"))
+    entry = discard(worktree, files=_files_in(admin_dir))
     with admin_lock():
         drop_admin(admin_dir, worktree)
     with contextlib.suppress(OSError):
@@ -214,9 +214,12 @@ def remove_worktree(worktree: Path, admin_dir: Path,
     return entry
 
 
-def _files_in(index: Path) -> int:
-    """How many entries an index file's header counts (0 where it cannot be read)."""
-    header = read_regular(index, 12)
+def _files_in(admin_dir: Path) -> int:
+    """How many files a worktree holds, as its index's header counts them (0 where it
+    cannot be read, and for a sparse checkout, whose index lists what it leaves out)."""
+    if os.path.lexists(admin_dir / "info" / "sparse-checkout"):
+        return 0
+    header = read_regular(admin_dir / "index", 12)
     return int.from_bytes(header[8:], "big") if header and len(header) == 12 and header[:4] == b"DIRC" else 0
 
 

@@ -307,3 +307,18 @@ def test_remove_worktree_says_how_many_files_the_tree_holds(repo: Path, tmp_path
     entry = trash.remove_worktree(worktree, admin)
     trash.release()
     assert entry is not None and seen == {entry: tracked}
+
+
+def test_a_sparse_worktree_is_not_counted_by_its_index(repo: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sparse checkout's index lists the files it leaves out too: no count is given."""
+    seen: dict[Path, int] = {}
+    monkeypatch.setattr(trash, "_start_deleter", lambda paths, files=None: seen.update(files or {}))
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "--no-checkout", str(worktree))
+    git(worktree, "sparse-checkout", "set", "--cone", "nothing")
+    git(worktree, "checkout", "-q")
+    admin = Path(git(repo, "rev-parse", "--absolute-git-dir")) / "worktrees" / "wt"
+    entry = trash.remove_worktree(worktree, admin)
+    trash.release()
+    assert entry is not None and seen == {entry: 0}
