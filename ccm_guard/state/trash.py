@@ -91,9 +91,15 @@ _RM = ["rm", "-rf", "--one-file-system", "--"]
 # 0.58 -> 0.30 s on tmpfs, 6.1 -> 4.3 s on ext4); a smaller tree is not worth a process more.
 _SHARED_FROM = 5000
 _SHARERS = min(os.cpu_count() or 1, 4)
-# xargs runs rm on the parts (its standard input, NUL-separated) `$1` at a time, `$2` parts
-# to an rm; then one rm takes what is left of the tree `$0` (the directories above the parts).
-_SHARED_RM = 'xargs -0 -P "$1" -n "$2" rm -rf --one-file-system -- 2>/dev/null; exec rm -rf --one-file-system -- "$0"'
+# In the tree `$0`, xargs runs rm on the names its standard input holds (NUL-separated,
+# bare names: whatever becomes of the list, a name cut short still names something in the
+# tree, or "." or "..", which rm refuses), `$1` at a time, `$2` names to an rm; then one
+# rm takes what is left.
+_SHARED_RM = ('cd -P -- "$0" || exit; xargs -0 -P "$1" -n "$2" rm -rf --one-file-system -- 2>/dev/null; '
+              'cd / && exec rm -rf --one-file-system -- "$0"')
+# The names given are at most these many, in one write that the pipe takes whole (an
+# exiting ccm-guard never waits on the deleter); the rest is the final rm's.
+_PARTS_MAX, _PARTS_BYTES = 512, 60_000
 
 
 def _start_deleter(paths: list[Path], files: dict[Path, int] | None = None) -> None:
@@ -110,7 +116,8 @@ def _start_deleter(paths: list[Path], files: dict[Path, int] | None = None) -> N
         large = {path for path in locked if _SHARERS > 1 and (files or {}).get(Path(path), 0) >= _SHARED_FROM}
         try:
             for path in large:
-                _spawn_shared(path, [locked[path]] if locked[path] >= 0 else [])
+                with contextlib.suppress(OSError):  # no deleter: `sweep` finds it later
+                    _spawn_shared(path, [locked[path]] if locked[path] >= 0 else [])
             if len(locked) > len(large):
                 _spawn([*_RM, *(path for path in locked if path not in large)],
                        [fd for path, fd in locked.items() if fd >= 0 and path not in large])
@@ -125,25 +132,31 @@ def _start_deleter(paths: list[Path], files: dict[Path, int] | None = None) -> N
 def _spawn_shared(entry: str, fds: list[int]) -> None:
     """The deleter of a large tree: its parts to xargs, which keeps `_SHARERS` rm
     processes at work on them; then one rm for the rest."""
-    parts = _parts(entry, at_least=4 * _SHARERS)
-    each = max(1, -(-len(parts) // (8 * _SHARERS)))  # up to 8 rm processes each: their shares even out
-    stdin = _spawn(["sh", "-c", _SHARED_RM, entry, str(_SHARERS), str(each)], fds, stdin=subprocess.PIPE)
+    names, listed = _parts(entry, at_least=4 * _SHARERS), b""
+    for name in names:
+        if len(listed) + len(name) + 1 > _PARTS_BYTES:
+            break
+        listed += name + b"\0"
+    each = max(1, -(-len(names) // (8 * _SHARERS)))  # up to 8 rm processes each: their shares even out
+    stdin = _spawn(["/bin/sh", "-c", _SHARED_RM, entry, str(_SHARERS), str(each)], fds, stdin=subprocess.PIPE)
     if stdin is not None:
-        with contextlib.suppress(OSError):  # (a broken pipe: the final rm still takes all)
-            stdin.write(b"".join(os.fsencode(part) + b"\0" for part in parts))
+        with contextlib.suppress(OSError):  # (what is not written is the final rm's)
+            os.set_blocking(stdin.fileno(), False)
+            os.write(stdin.fileno(), listed)
         with contextlib.suppress(OSError):
             stdin.close()
 
 
-def _parts(entry: str, *, at_least: int) -> list[str]:
-    """The tree's parts to share out: the names in its top directory, nothing deeper. A
-    deeper path would be looked up through a directory of the tree, which a process the
-    agent left could swap for a link between this listing and rm's start (Landlock's rules
-    follow the renamed worktree into the trash); rm never follows the link a name it is
-    given is, nor any it finds below. Where the top directory holds fewer than `at_least`
-    directories (a tree under one `src/`), what they hold is moved up into it first, a
-    level at a time (twice at most), by renames relative to directories opened without
-    following links: nothing from outside the tree can be moved into it."""
+def _parts(entry: str, *, at_least: int) -> list[bytes]:
+    """The names in the tree's top directory to share out (`_PARTS_MAX` at most), nothing
+    deeper: rm is given them in the tree (`cd`), and never follows the link a name it is
+    given is, nor any it finds below. (A deeper path would be looked up through a directory
+    of the tree, which a process the agent left could swap for a link: Landlock's rules
+    follow the renamed worktree into the trash.) Where the top directory holds fewer than
+    `at_least` directories (a tree under one `src/`), what they hold is moved up into it
+    first, a level at a time (twice, `_PARTS_MAX` names at most), by renames relative to
+    directories opened without following links: nothing outside the tree can be moved in.
+    A mount point is left to the final rm, which keeps to the tree's file system."""
     try:
         top = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -157,11 +170,14 @@ def _parts(entry: str, *, at_least: int) -> list[str]:
                 break
             for name in directories:
                 moved = _move_up(top, name, moved)
-        device = os.fstat(top).st_dev
+        device, found = os.fstat(top).st_dev, list[bytes]()
         with os.scandir(top) as listing:
-            # A mount point stays to the final rm, which keeps to the tree's file system.
-            return [os.path.join(entry, held.name) for held in listing
-                    if held.stat(follow_symlinks=False).st_dev == device]
+            for held in listing:
+                if len(found) >= _PARTS_MAX:
+                    break
+                if held.stat(follow_symlinks=False).st_dev == device:
+                    found.append(os.fsencode(held.name))
+        return found
     except OSError:
         return []  # the final rm takes the whole tree
     finally:
@@ -170,16 +186,20 @@ def _parts(entry: str, *, at_least: int) -> list[str]:
 
 def _move_up(top: int, name: str, moved: int) -> int:
     """Rename what the directory `name` in `top` holds into `top` (the names numbered on
-    from `moved`, a name there already is written over or left where it is); the count."""
+    from `moved`, up to `_PARTS_MAX`; a name there already is written over or left where
+    it is); the count."""
     try:
         inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
     except OSError:
         return moved  # no longer a directory: a part as it is
     try:
-        for held in os.listdir(inner):
-            with contextlib.suppress(OSError):
-                os.rename(held, f".ccm-guard-part-{moved}", src_dir_fd=inner, dst_dir_fd=top)
-                moved += 1
+        with os.scandir(inner) as listing:
+            for held in listing:
+                if moved >= _PARTS_MAX:
+                    break
+                with contextlib.suppress(OSError):
+                    os.rename(held.name, f".ccm-guard-part-{moved}", src_dir_fd=inner, dst_dir_fd=top)
+                    moved += 1
     finally:
         os.close(inner)
     return moved

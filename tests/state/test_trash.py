@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,8 +218,8 @@ def logging_rm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _shared_deletion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, work: Path, files: int) -> list[list[str]]:
-    """Delete `work` as a large tree, two rm processes at once; the parts each rm call
-    was given (the last call's: the entry itself)."""
+    """Delete `work` as a large tree, two rm processes at once; the names each rm call
+    but the last (the entry itself) was given."""
     said = logging_rm(tmp_path, monkeypatch)
     monkeypatch.setattr(trash, "_SHARED_FROM", 10)
     monkeypatch.setattr(trash, "_SHARERS", 2)
@@ -230,8 +231,7 @@ def _shared_deletion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, work: Path
     calls = said.read_text().splitlines()
     assert all(call.startswith("-rf --one-file-system -- ") for call in calls)
     assert calls[-1] == f"-rf --one-file-system -- {entry}"  # the rest, once the parts are gone
-    return [[Path(part).relative_to(entry).as_posix() for part in call.split(" -- ")[1].split()]
-            for call in calls[:-1]]
+    return [call.split(" -- ")[1].split() for call in calls[:-1]]  # bare names, rm run in the tree
 
 
 def test_a_large_tree_is_shared_among_several_rm_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,3 +322,27 @@ def test_a_sparse_worktree_is_not_counted_by_its_index(repo: Path, tmp_path: Pat
     entry = trash.remove_worktree(worktree, admin)
     trash.release()
     assert entry is not None and seen == {entry: 0}
+
+
+def test_the_exiting_process_does_not_wait_on_a_shared_deleter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """However many names the top directory holds, they are given in one write the pipe
+    takes whole (the rest is the final rm's): release() returns while each rm still
+    sleeps, and the entry's lock is held meanwhile."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "rm").write_text("#!/bin/sh\nsleep 2\n")  # an rm that takes its time and deletes nothing
+    (fake / "rm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setattr(trash, "_SHARED_FROM", 10)
+    monkeypatch.setattr(trash, "_SHARERS", 2)
+    work = tmp_path / "work"
+    for i in range(3000):  # more names, and longer, than a pipe holds
+        (work / f"{i:04}-{'x' * 40}").mkdir(parents=True)
+    entry = trash.discard(work, files=3000)
+    assert entry is not None
+    done = threading.Event()
+    threading.Thread(target=lambda: (trash.release(), done.set()), daemon=True).start()
+    assert done.wait(60), "release() waited on the deleter"
+    assert trash.busy(entry)  # the rm processes hold the lock
+    assert len(list(entry.iterdir())) == 3000  # (the stand-in deleted nothing)
