@@ -116,10 +116,16 @@ def _kept_sizes(kept: Path, key: str) -> tuple[int, int] | None:
 
 def _keep_sizes(kept: Path, key: str, sizes: tuple[int, int]) -> None:
     """Keep the figures (whole or not at all); where that fails, the next run reads the index."""
-    tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+    tmp = kept.with_name(f"{kept.name}.{os.getpid()}-{os.urandom(3).hex()}.tmp")
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(f"{key} {sizes[0]} {sizes[1]}\n")
+        # A new file only: nothing planted at the name (a link) is written through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(f"{key} {sizes[0]} {sizes[1]}\n")
         os.replace(tmp, kept)
     except OSError:
         with contextlib.suppress(OSError):
