@@ -190,3 +190,15 @@ def read_terminal(leader: int) -> bytes:
         out += data
     os.close(leader)
     return out
+
+
+def no_disk_room(patch: pytest.MonkeyPatch) -> None:
+    """os.statvfs as it is, but one block free: the disk-room check refuses anything."""
+    real = os.statvfs
+
+    def full(path: str) -> os.statvfs_result:
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 1, 1, st.f_files,
+                                  st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
+
+    patch.setattr(os, "statvfs", full)

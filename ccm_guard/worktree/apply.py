@@ -395,7 +395,6 @@ def _plain_checkout(common: Path, ref: str, main_worktree: Path) -> git.Repo | N
     return False
 
 
-
 def in_the_way(host: git.Repo, checkout: git.Repo, old: str, new: str) -> str | None:
     """What of the person's own a move of the checkout from `old` to `new` would overwrite
     or delete although read-tree lets it: git takes ignored files as expendable (read-tree

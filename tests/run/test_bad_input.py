@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ccm, git, write_agent
+from conftest import ccm, git, no_disk_room, write_agent
 
 from ccm_guard import git as gitmod
 from ccm_guard.agent.options import ExecOptions
@@ -127,16 +127,9 @@ def test_task_id_is_sanitised_into_a_safe_name(repo: Path, tmp_path: Path) -> No
 
 
 def test_not_enough_disk_is_refused_before_anything_is_made(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = os.statvfs
-
-    def tiny(path: str) -> os.statvfs_result:
-        st = real(path)
-        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 1, 1, st.f_files,
-                                  st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
-
     opts = ExecOptions(command=["true"], start=repo, terminal=False)
     with monkeypatch.context() as patch, pytest.raises(RepoError, match="not enough disk space for the checkout"):
-        patch.setattr(os, "statvfs", tiny)
+        no_disk_room(patch)
         guard.exec_task(opts, Registry())
     assert_nothing_left(repo)
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, no_disk_room
 
 from ccm_guard import worktree
 from ccm_guard.errors import RepoError
@@ -74,14 +74,7 @@ def test_a_record_for_another_index_or_garbled_is_not_used(repo: Path, reads: li
 
 
 def test_a_refused_checkout_keeps_no_record(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = os.statvfs
-
-    def full(path: str) -> os.statvfs_result:
-        st = real(path)
-        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, 1, 1, st.f_files,
-                                  st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
-
-    monkeypatch.setattr(os, "statvfs", full)
+    no_disk_room(monkeypatch)
     with pytest.raises(RepoError, match="not enough disk space for the checkout"):
         worktree.check_disk(_plan(repo, "a"))
     assert not (Path(os.environ["CCM_GUARD_HOME"]) / "index-sizes").exists()
