@@ -342,7 +342,12 @@ def test_the_exiting_process_does_not_wait_on_a_shared_deleter(tmp_path: Path, m
     entry = trash.discard(work, files=3000)
     assert entry is not None
     done = threading.Event()
-    threading.Thread(target=lambda: (trash.release(), done.set()), daemon=True).start()
+
+    def release() -> None:
+        trash.release()
+        done.set()
+
+    threading.Thread(target=release, daemon=True).start()
     assert done.wait(60), "release() waited on the deleter"
     assert trash.busy(entry)  # the rm processes hold the lock
     assert len(list(entry.iterdir())) == 3000  # (the stand-in deleted nothing)
