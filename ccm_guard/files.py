@@ -47,3 +47,10 @@ def lock_now(fd: int) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def identity(st: os.stat_result) -> str:
+    """What tells one version of a file from another: git writes a file anew and renames it
+    into place, and a change time cannot be set back by an unprivileged process, so a
+    rewrite always shows."""
+    return f"id:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"

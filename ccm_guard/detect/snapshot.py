@@ -22,6 +22,7 @@ from typing import Any, Callable, Collection, Iterator, NamedTuple
 from ccm_guard import git
 from ccm_guard.detect import objects, refdirs
 from ccm_guard.digest import sha256_hex
+from ccm_guard.files import identity
 from ccm_guard.state.pins import BRANCH_PREFIX, Pins
 
 HASH_LIMIT = 1 << 20  # larger files are tracked by identity, not content
@@ -408,11 +409,6 @@ def without(snap: Snapshot, prefix: str) -> Snapshot:
     """`snap` without the files under `prefix` (a key prefix such as "host/<dir>")."""
     return dataclasses.replace(snap, files={k: v for k, v in snap.files.items() if not k.startswith(prefix)},
                                contents={k: v for k, v in snap.contents.items() if not k.startswith(prefix)})
-
-
-def identity(st: os.stat_result) -> str:
-    # ctime cannot be set back by an unprivileged process: a rewrite always shows.
-    return f"id:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def read_nofollow(path: Path | str) -> bytes | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ccm_guard.digest import hasher
+from ccm_guard.files import read_regular
 from ccm_guard.git.core import Repo, run
 
 
@@ -33,6 +34,15 @@ def sizes(path: Path, oid_len: int = 20) -> tuple[int, int] | None:
     except (OSError, ValueError, IndexError, struct.error):
         return None
     return count, total
+
+
+def entry_count(path: Path) -> int | None:
+    """How many entries an index file's header counts (its first 12 bytes, nothing else
+    read); None where it is no index."""
+    header = read_regular(path, 12)
+    if not header or len(header) < 12 or header[:4] != b"DIRC":
+        return None
+    return int.from_bytes(header[8:12], "big")
 
 
 _ENTRY = struct.Struct(">10I")  # ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size

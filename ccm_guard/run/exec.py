@@ -19,13 +19,13 @@ from ccm_guard.detect.policy_at import role_at
 from ccm_guard.detect.snapshot import (
     Snapshot,
     file_identity,
-    identity,
     main_files,
     take,
 )
 from ccm_guard.detect.verdict import Checks, Verdict
 from ccm_guard.digest import sha256_hex
 from ccm_guard.errors import GitError, GuardError, NotARepository, StateError
+from ccm_guard.files import identity
 from ccm_guard.git import layout
 from ccm_guard.later import Later
 from ccm_guard.policy import Role

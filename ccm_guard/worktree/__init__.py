@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ccm_guard import failpoints, git, progress
 from ccm_guard.errors import GitError, RepoError, StateError, UsageError
-from ccm_guard.files import read_regular
+from ccm_guard.files import identity, read_regular
 from ccm_guard.git import index as indexfile
 from ccm_guard.git.layout import admin_dir_of, admin_dirs_pointing_at, host_repo
 from ccm_guard.state import trash
@@ -82,25 +82,19 @@ def check_disk(p: Plan) -> None:
     beside the status of the person's checkout that runs meanwhile, on every run)."""
     index = p.main.git_dir / "index"
     kept = home() / "index-sizes" / repo_key(p.main)
-    identity = _identity(index)
-    key = f"{identity} {len(p.base) // 2}"
-    estimate = _kept_sizes(kept, key) if identity else None
-    read = estimate is None
-    if read:
-        estimate = indexfile.sizes(index, len(p.base) // 2)
+    try:
+        key: str | None = f"{identity(os.stat(index))} {len(p.base) // 2}"
+    except OSError:
+        key = None
+    estimate = read = None
+    if key is not None:
+        estimate = _kept_sizes(kept, key)
+    if estimate is None:
+        estimate = read = indexfile.sizes(index, len(p.base) // 2)
     files, total = estimate or git.tree_size(host_repo(p.main.common_dir), p.base)
     require_space(p.worktree, files, total, "for the checkout")
-    if read and estimate is not None and identity:
-        _keep_sizes(kept, key, estimate)  # once the run goes on: a refused one leaves nothing
-
-
-def _identity(path: Path) -> str | None:
-    """What changes whenever git writes the file anew (it renames a new one into place)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+    if read is not None and key is not None:
+        _keep_sizes(kept, key, read)  # once the run goes on: a refused one leaves nothing
 
 
 def _kept_sizes(kept: Path, key: str) -> tuple[int, int] | None:

@@ -60,7 +60,7 @@ def test_a_changed_index_is_read_again(repo: Path, reads: list[Path]) -> None:
     assert [int(field) for field in _kept(repo).read_text().split()[2:]] == list(_sizes_of(repo))
 
 
-@pytest.mark.parametrize("record", ["", "garbage", "1:2:3:4:5 20 x y\n", "\0" * 300])
+@pytest.mark.parametrize("record", ["", "garbage", "id:1:2:3:4 20 1 2\n", "id:1:2:3:4 20 x y\n", "\0" * 300])
 def test_a_record_for_another_index_or_garbled_is_not_used(repo: Path, reads: list[Path], record: str) -> None:
     worktree.check_disk(_plan(repo, "a"))
     kept = _kept(repo)
