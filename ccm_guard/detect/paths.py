@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, cast
 
 from ccm_guard import git
+from ccm_guard.later import keep_to_exit
 from ccm_guard.pathrules.check import (
     EXECUTABLE,
     GITLINK,
@@ -104,16 +105,22 @@ def _size_on_disk(path: Path) -> int:
 
 def link_targets(repo: git.Repo, changes: list[PathChange], worktree: Path | None = None
                  ) -> Callable[[PathChange], str | None]:
-    """Where each symlink points: committed ones from their blobs (one git call for all),
-    uncommitted ones from the work tree."""
-    links = git.blobs(repo, [c.new_blob for c in changes if c.new_blob and c.new_mode == SYMLINK])
+    """Where each symlink points: committed ones from their blobs (one git call for all,
+    made when the first is asked for: most ranges have none), uncommitted ones from the
+    work tree."""
+    links: dict[str, bytes] = {}
+    read = False
 
     def target(c: PathChange) -> str | None:
+        nonlocal read
         if c.new_blob is None:
             try:
                 return os.readlink((worktree or Path("/nonexistent")) / c.path)
             except OSError:
                 return None
+        if not read:
+            links.update(git.blobs(repo, [c.new_blob for c in changes if c.new_blob and c.new_mode == SYMLINK]))
+            read = True
         data = links.get(c.new_blob)
         return None if data is None else data.decode("utf-8", "surrogateescape")
 
@@ -123,6 +130,7 @@ def link_targets(repo: git.Repo, changes: list[PathChange], worktree: Path | Non
 def range_violations(repo: git.Repo, role: "Role", base: str, head: str) -> list[Violation]:
     """The path rules on every commit of base..head."""
     changes = from_raw(git.commit_changes(repo, base, head))
+    keep_to_exit(changes)
     return check(changes, _rules(role), link_targets(repo, changes),
                  lambda: git.tree_paths(repo, head))
 

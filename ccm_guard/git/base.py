@@ -16,7 +16,7 @@ from itertools import repeat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Mapping, Sequence, TypeVar
+    from typing import Iterable, Mapping, Sequence, TypeVar
 
     T = TypeVar("T", bound="tuple[object, ...]")
 
@@ -166,48 +166,78 @@ def describe(args: Sequence[str], code: int, stderr: bytes) -> str:
 # --- parsers of git's output, shared with the hooks ----------------------------------------
 
 _NULL_IDS = frozenset(("0" * 40, "0" * 64))  # git's null id (no blob), SHA-1 and SHA-256
+_NULL_DIGITS = "0" * 40  # in both null ids
 
 
 def raw_changes(tokens: list[str], where: str, kind: type[T] = tuple) -> list[T]:  # type: ignore[assignment]
     """`git diff --raw -z` (and `log --raw -z` with `%x00commit %H` headers) output split on
     NUL, as (path, status, old mode, new mode, old blob, new blob, where) per path, a blob
     None for git's null id, each a `kind` (a tuple, or a namedtuple of those fields made
-    directly: no second object per path); renames are off, so one path per entry.
+    directly: no second object per path); renames are off, so one path per entry."""
+    return raw_changes_batched([tokens], where, kind)
+
+
+def raw_changes_batched(batches: Iterable[list[str]], where: str, kind: type[T] = tuple  # type: ignore[assignment]
+                        ) -> list[T]:
+    """raw_changes of output that arrives in batches of whole tokens (core.run_z), each
+    parsed as it comes.
 
     A range may change 100k paths: each run of entries (one commit's) is taken apart in
     slices and joins, C all the way, not token by token. git writes a commit's entries as
     meta, path, meta, path, ... up to an empty token (no path or meta is empty), then the
     next commit's header; a path is only ever read at a meta's odd offset, so a path named
-    like a header or a meta is never taken for one.
+    like a header or a meta is never taken for one. A run a batch ends inside is parsed up
+    to its last whole entry, and the rest carried to the next batch.
     """
     found: list[T] = []
-    i, end_all = 0, len(tokens)
+    carry: list[str] = []
     collecting = gc.isenabled()
     gc.disable()  # 100k new tuples would set off ever longer collections (more than doubling the time); none is a cycle
     try:
-        while i < end_all:
-            token = tokens[i].lstrip("\n")
-            if token.startswith("commit "):
-                where = token[len("commit "):]
-            if not token or token.startswith("commit "):
-                i += 1
-                continue
-            try:
-                end = tokens.index("", i)
-            except ValueError:
-                end = end_all
-            found += _entries(tokens[i:end:2], tokens[i + 1:end:2], where, kind)
-            i = end
+        for batch in batches:
+            tokens = carry + batch if carry else batch
+            done, where = _parse_runs(found, tokens, where, kind, last=False)
+            carry = tokens[done:]
+        _parse_runs(found, carry, where, kind, last=True)
     finally:
         if collecting:
+            # Straight into the oldest generation: the young one's next collection would
+            # walk all 100k new tuples (18 ms) only to find them alive, as the caller keeps them.
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
     return found
+
+
+def _parse_runs(found: list[T], tokens: list[str], where: str, kind: type[T], *, last: bool) -> tuple[int, str]:
+    """Append the entries of `tokens` to `found`: how many tokens were taken, and the commit
+    they were in. Unless this is the `last` of the output, a run not ended here is taken
+    up to its last whole entry (a meta and its path)."""
+    i, end_all = 0, len(tokens)
+    while i < end_all:
+        token = tokens[i].lstrip("\n")
+        if token.startswith("commit "):
+            where = token[len("commit "):]
+        if not token or token.startswith("commit "):
+            i += 1
+            continue
+        try:
+            end = tokens.index("", i)
+        except ValueError:
+            end = end_all if last else i + (end_all - i) // 2 * 2
+            if end == i:
+                break
+        found += _entries(tokens[i:end:2], tokens[i + 1:end:2], where, kind)
+        i = end
+    return i, where
 
 
 def _entries(metas: list[str], paths: list[str], where: str, kind: type[T]) -> map[T]:
     """One commit's entries, from its metas (":OLDMODE NEWMODE OLDBLOB NEWBLOB STATUS",
     the first after a newline) and their paths."""
-    text = " ".join(metas).replace("\n", "")
+    text = " ".join(metas)
+    if "\n" in text:  # before a commit's first entry: one search, not a copy of 10 MB
+        text = text.replace("\n", "")
     fields = text.replace(":", "").split(" ")
     if len(paths) != len(metas) or len(fields) != 5 * len(metas) or text.count(":") != len(metas) \
             or not text.startswith(":"):
@@ -215,8 +245,11 @@ def _entries(metas: list[str], paths: list[str], where: str, kind: type[T]) -> m
     statuses = fields[4::5]
     if len("".join(statuses)) != len(statuses):  # a score (R100) never comes with renames off; be sure
         statuses = [s[:1] for s in statuses]
-    return map(tuple.__new__, repeat(kind), zip(paths, statuses, fields[0::5], fields[1::5], _blobs(fields[2::5]),
-                                               _blobs(fields[3::5]), repeat(where)))
+    olds: list[str | None] | list[str] | list[None] = fields[2::5]
+    news: list[str | None] | list[str] | list[None] = fields[3::5]
+    if _NULL_DIGITS in text:  # else no id is git's null id (one search, not a look at each)
+        olds, news = _blobs(fields[2::5]), _blobs(fields[3::5])
+    return map(tuple.__new__, repeat(kind), zip(paths, statuses, fields[0::5], fields[1::5], olds, news, repeat(where)))
 
 
 def _blobs(ids: list[str]) -> "list[str | None] | list[str] | list[None]":

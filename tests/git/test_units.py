@@ -8,6 +8,7 @@ import subprocess
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import git as gitcmd
@@ -19,8 +20,10 @@ from ccm_guard import text as report
 from ccm_guard.agent.options import ExecOptions
 from ccm_guard.detect import objects, snapshot
 from ccm_guard.detect.delta import Owner, classify
-from ccm_guard.errors import GitError, RepoError, StateError, UsageError
+from ccm_guard.errors import GitError, RepoError, StateError, UntrustedRepoError, UsageError
+from ccm_guard.git import base as base_module
 from ccm_guard.git import config as configfile
+from ccm_guard.git import core
 from ccm_guard.run.exec import exec_task
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, sanitise_task_id
@@ -328,6 +331,86 @@ def test_commit_changes_reads_every_entry_of_every_commit_as_git_wrote_it(repo: 
     assert added.new_blob == gitcmd(repo, "rev-parse", f"{first}:{odd[0]}").strip()
     assert (gone.new_mode, gone.new_blob, gone.old_blob) == ("000000", None, added.new_blob)
     assert by_path[(second, "run.sh")].new_mode == "100755"
+
+
+def _odd_history(repo: Path) -> str:
+    """Commits whose raw diffs hold every shape a batch may be cut inside: names in several
+    scripts and one not UTF-8, names like a header or an entry, a merge (a diff against
+    each parent), an empty commit, deletions and additions. Returns the base."""
+    base = gitcmd(repo, "rev-parse", "HEAD").strip()
+    gitcmd(repo, "checkout", "-q", "-b", "side")
+    for name in ("commit 0123456789abcdef0123456789abcdef01234567", ":100644 100644 a b M", "zoë/ünï.txt",
+                 "日本語 パス.txt", "new\nline.txt", "a" * 200):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("x\n")
+    (repo / os.fsdecode(b"raw-\xff.txt")).write_text("x\n")
+    gitcmd(repo, "add", "-A")
+    gitcmd(repo, "commit", "-q", "-m", "odd names")
+    gitcmd(repo, "checkout", "-q", "main")
+    (repo / "README.md").write_text("changed\n")
+    gitcmd(repo, "commit", "-q", "-am", "main moves")
+    gitcmd(repo, "merge", "-q", "--no-edit", "side")
+    gitcmd(repo, "commit", "-q", "--allow-empty", "-m", "empty")
+    os.remove(repo / "zoë/ünï.txt")
+    gitcmd(repo, "add", "-A")
+    gitcmd(repo, "commit", "-q", "-m", "remove one")
+    return base
+
+
+def test_a_range_read_in_batches_of_any_size_comes_out_as_read_whole(repo: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """git's output is parsed as it arrives (core.run_z): cut after any byte, inside a
+    character, an entry or a commit header, the changes are the ones a parse of the whole
+    output finds, token for token."""
+    base = _odd_history(repo)
+    handle = git.discover(repo).repo()
+    whole = base_module.raw_changes(git.run(
+        ["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
+         "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..HEAD", "--"], handle).out.split("\0"),
+        "", git.RawChange)
+    # Seven odd names, again in the merge against main; README in main and in the merge against side; the removal.
+    assert len(whole) == 7 + 7 + 1 + 1 + 1
+    for size in (1, 2, 7, 61, 4096):
+        monkeypatch.setattr(core, "_BATCH", size)
+        assert git.commit_changes(handle, base, "HEAD") == whole, size
+
+
+def test_tokens_cut_into_batches_anywhere_parse_as_a_whole() -> None:
+    """The parser alone, on a two-commit output cut at every point into two and three batches."""
+    tokens = ["", "commit " + "a" * 40, "\n:000000 100644 " + "0" * 40 + " " + "1" * 40 + " A", "x y",
+              ":100644 100755 " + "1" * 40 + " " + "2" * 40 + " M", "commit b", "",
+              "commit " + "c" * 40, "\n:100644 000000 " + "2" * 40 + " " + "0" * 40 + " D", ":1 2 3 4 M", ""]
+    whole = base_module.raw_changes(tokens, "", tuple)
+    assert [c[0] for c in whole] == ["x y", "commit b", ":1 2 3 4 M"]
+    assert whole[0][4] is None and whole[2][5] is None and whole[2][6] == "c" * 40
+    for i in range(len(tokens) + 1):
+        for j in range(i, len(tokens) + 1):
+            batches = [tokens[:i], tokens[i:j], tokens[j:]]
+            assert base_module.raw_changes_batched(batches, "", tuple) == whole, (i, j)
+
+
+def test_a_streamed_git_that_fails_says_why_and_one_left_early_is_stopped(repo: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = git.discover(repo).repo()
+    with pytest.raises(GitError, match=r"git log -z no-such-rev -- failed \(exit 128\): fatal: .*'no-such-rev'"):
+        list(core.run_z(["log", "-z", "no-such-rev", "--"], handle))
+    with pytest.raises(UntrustedRepoError):
+        list(core.run_z(["log", "-z"], handle.distrust("the test says so")))
+    # A reader that stops after the first batch: git is killed and reaped, not left writing.
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(core, "_BATCH", 16)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    batches = core.run_z(["log", "-z", "--raw", "--format=%x00commit %H", "HEAD"], handle)
+    assert next(batches)
+    batches.close()
+    assert len(started) == 1 and started[0].returncode is not None
+    assert started[0].stdout is not None and started[0].stdout.closed
 
 
 def test_a_new_config_file_written_directly_reads_back_through_git_as_written(tmp_path: Path) -> None:
