@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.errors import GitError
-from ccm_guard.git.base import raw_changes, raw_changes_batched
+from ccm_guard.git.base import raw_changes_batched
 from ccm_guard.git.core import Repo, describe_failure, is_oid, run, run_z
 
 
@@ -176,10 +176,6 @@ class RawChange(NamedTuple):
     where: str  # the commit that made the change
 
 
-def _parse_raw(tokens: list[str], where: str) -> list[RawChange]:
-    return raw_changes(tokens, where, RawChange)
-
-
 def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = False) -> list[RawChange]:
     """Every path each commit in base..head changed against each of its parents, oldest first.
 
@@ -225,9 +221,9 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
 
 def tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
     """Every path tree `new` changes against tree `old`, with modes (a gitlink is 160000)."""
-    diff = run(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", "--ignore-submodules=none",
-                old, new, "--"], repo).out
-    return _parse_raw(diff.split("\0"), new)
+    diff = run_z(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", "--ignore-submodules=none",
+                  old, new, "--"], repo)
+    return raw_changes_batched(diff, new, RawChange)
 
 
 def numstat_trees(old: Path, new: Path) -> dict[str, tuple[int | None, int | None]]:
