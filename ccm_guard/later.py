@@ -1,4 +1,5 @@
-"""A call run on a thread while the caller goes on, its result or exception kept for later.
+"""What is left for later: a call run on a thread while the caller goes on, its result or
+exception kept; and a command's large results, kept until its process ends.
 
 What ccm-guard needs of concurrent.futures (two git walks side by side) without its
 import, which brings logging and costs ~4 ms of every start.

@@ -1,4 +1,4 @@
-"""What a run changed, path by path, checked against a role's rules.
+"""What a run changed, path by path, as the path check (pathrules.check) takes it.
 
 Committed changes are taken commit by commit (a forbidden file changed and changed
 back, or one smuggled in by a merge, is still seen), renames as a deletion plus an
@@ -10,26 +10,17 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, cast
+from typing import Callable, Iterable, NamedTuple, cast
 
 from ccm_guard import git
-from ccm_guard.later import keep_to_exit
 from ccm_guard.pathrules.check import (
     EXECUTABLE,
     GITLINK,
     MISSING,
     SYMLINK,
     PathChange,
-    Violation,
     blob_id,
-    check,
 )
-
-if TYPE_CHECKING:
-    from ccm_guard.pathrules.rules import (
-        Rules,  # pathspec costs ~35 ms to import: only when paths are checked
-    )
-    from ccm_guard.policy import Role
 
 
 def from_raw(raw: Iterable[git.RawChange]) -> list[PathChange]:
@@ -125,17 +116,3 @@ def link_targets(repo: git.Repo, changes: list[PathChange], worktree: Path | Non
         return None if data is None else data.decode("utf-8", "surrogateescape")
 
     return target
-
-
-def range_violations(repo: git.Repo, role: "Role", base: str, head: str) -> list[Violation]:
-    """The path rules on every commit of base..head."""
-    changes = from_raw(git.commit_changes(repo, base, head))
-    keep_to_exit(changes)
-    return check(changes, _rules(role), link_targets(repo, changes),
-                 lambda: git.tree_paths(repo, head))
-
-
-def _rules(role: "Role") -> "Rules":
-    from ccm_guard.pathrules.rules import Rules
-
-    return Rules(role.allow, role.forbid)

@@ -191,45 +191,60 @@ def raw_changes_batched(batches: Iterable[list[str]], where: str, kind: type[T] 
     """
     found: list[T] = []
     carry: list[str] = []
+    inside = False
     collecting = gc.isenabled()
     gc.disable()  # 100k new tuples would set off ever longer collections (more than doubling the time); none is a cycle
     try:
         for batch in batches:
             tokens = carry + batch if carry else batch
-            done, where = _parse_runs(found, tokens, where, kind, last=False)
+            done, where, inside = _parse_runs(found, tokens, where, kind, last=False, inside=inside)
             carry = tokens[done:]
-        _parse_runs(found, carry, where, kind, last=True)
+        _parse_runs(found, carry, where, kind, last=True, inside=inside)
     finally:
         if collecting:
-            # Straight into the oldest generation: the young one's next collection would
-            # walk all 100k new tuples (18 ms) only to find them alive, as the caller keeps them.
-            gc.freeze()
-            gc.unfreeze()
+            if len(found) >= _MANY and not gc.get_freeze_count():
+                # Straight into the oldest generation: the young one's next collection would
+                # walk all 100k new tuples (18 ms) only to find them alive, as the caller keeps them.
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
     return found
 
 
-def _parse_runs(found: list[T], tokens: list[str], where: str, kind: type[T], *, last: bool) -> tuple[int, str]:
-    """Append the entries of `tokens` to `found`: how many tokens were taken, and the commit
-    they were in. Unless this is the `last` of the output, a run not ended here is taken
-    up to its last whole entry (a meta and its path)."""
+_MANY = 10_000  # entries from which the collector is spared walking them
+
+
+def _parse_runs(found: list[T], tokens: list[str], where: str, kind: type[T], *, last: bool, inside: bool
+                ) -> tuple[int, str, bool]:
+    """Append the entries of `tokens` to `found`: how many tokens were taken, the commit
+    they were in, and whether a run of entries goes on past them. Unless this is the
+    `last` of the output, a run not ended here is taken up to its last whole entry (a meta
+    and its path); `inside` such a run, the next token is read as a meta (or its end),
+    never as a header: where the output is cut decides nothing."""
     i, end_all = 0, len(tokens)
     while i < end_all:
-        token = tokens[i].lstrip("\n")
-        if token.startswith("commit "):
-            where = token[len("commit "):]
-        if not token or token.startswith("commit "):
+        if not inside:
+            token = tokens[i].lstrip("\n")
+            if token.startswith("commit "):
+                where = token[len("commit "):]
+            if not token or token.startswith("commit "):
+                i += 1
+                continue
+        elif not tokens[i]:  # the run ended where the previous batch did
+            inside = False
             i += 1
             continue
         try:
             end = tokens.index("", i)
+            inside = False
         except ValueError:
             end = end_all if last else i + (end_all - i) // 2 * 2
+            inside = not last
             if end == i:
                 break
         found += _entries(tokens[i:end:2], tokens[i + 1:end:2], where, kind)
         i = end
-    return i, where
+    return i, where, inside
 
 
 def _entries(metas: list[str], paths: list[str], where: str, kind: type[T]) -> map[T]:

@@ -1,7 +1,7 @@
 """The hardened core of the git gateway: the one place a git process is started.
 
-Every git process is built by `run`, hardened against what an agent may have planted in
-the repository:
+Every git process is built by `run` (or `run_z`, whose output is read as it comes),
+hardened against what an agent may have planted in the repository:
 
 - the git dir, common dir and work tree are passed explicitly from paths pinned when
   the task was created, so a rewritten `.git` pointer, `commondir` or `core.worktree`
@@ -140,7 +140,7 @@ def run_z(args: Sequence[str], repo: Repo) -> Generator[list[str], None, None]:
 
     For output of 100k paths: parsing each batch while git writes the next puts the two
     cores side by side (the whole output first, then the parse, took 175 ms where this
-    takes 125). GitError, with git's last word, after the last batch if git failed; a
+    takes 120). GitError, with git's last word, after the last batch if git failed; a
     caller that stops early leaves no git behind."""
     argv, cwd = _command(args, repo, cwd=None, literal=True)
     try:
@@ -153,9 +153,9 @@ def run_z(args: Sequence[str], repo: Repo) -> Generator[list[str], None, None]:
     with proc:  # closes both pipes; waits for git
         try:
             try:
-                fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, _BATCH)
-            except OSError:
-                pass  # above the system's pipe-max-size: git waits on us more often, that is all
+                fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, _BATCH)  # Linux only
+            except (OSError, AttributeError):
+                pass  # above the system's pipe-max-size, or elsewhere: git waits on us more often, that is all
             poll, errors, tail = select.poll(), bytearray(), b""
             poll.register(out, select.POLLIN)
             poll.register(err, select.POLLIN)

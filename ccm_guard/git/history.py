@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from contextlib import closing
 import shutil
 import tempfile
 from pathlib import Path
@@ -192,9 +193,9 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
     an undoing of the base's changes included, is in the diffs kept.
     """
     # --ignore-submodules=none: a .gitmodules saying `ignore = all` must not hide a gitlink.
-    out = run_z(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
-                 "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"], repo)
-    changes = raw_changes_batched(out, "", RawChange)
+    with closing(run_z(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
+                        "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"], repo)) as out:
+        changes = raw_changes_batched(out, "", RawChange)  # (closing: git stopped at once if the parse fails)
     if not merged_base:
         return changes
     parents = {line.split(" ")[0]: line.split(" ")[1:] for line in
@@ -221,9 +222,9 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
 
 def tree_changes(repo: Repo, old: str, new: str) -> list[RawChange]:
     """Every path tree `new` changes against tree `old`, with modes (a gitlink is 160000)."""
-    diff = run_z(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", "--ignore-submodules=none",
-                  old, new, "--"], repo)
-    return raw_changes_batched(diff, new, RawChange)
+    with closing(run_z(["diff-tree", "-r", "-z", "--raw", "--no-renames", "--no-abbrev", "--ignore-submodules=none",
+                        old, new, "--"], repo)) as diff:
+        return raw_changes_batched(diff, new, RawChange)
 
 
 def numstat_trees(old: Path, new: Path) -> dict[str, tuple[int | None, int | None]]:

@@ -387,6 +387,12 @@ def test_tokens_cut_into_batches_anywhere_parse_as_a_whole() -> None:
         for j in range(i, len(tokens) + 1):
             batches = [tokens[:i], tokens[i:j], tokens[j:]]
             assert base_module.raw_changes_batched(batches, "", tuple) == whole, (i, j)
+    # A header where an entry's meta belongs is refused wherever the output is cut.
+    meta = ":100644 100644 " + "1" * 40 + " " + "2" * 40 + " M"
+    bad = ["", "commit " + "a" * 40, "\n" + meta, "p1", "commit " + "b" * 40, "\n" + meta, "p2", ""]
+    for i in range(len(bad) + 1):
+        with pytest.raises(ValueError, match="unexpected raw diff output"):
+            base_module.raw_changes_batched([bad[:i], bad[i:]], "", tuple)
 
 
 def test_a_streamed_git_that_fails_says_why_and_one_left_early_is_stopped(repo: Path,
@@ -411,6 +417,21 @@ def test_a_streamed_git_that_fails_says_why_and_one_left_early_is_stopped(repo: 
     batches.close()
     assert len(started) == 1 and started[0].returncode is not None
     assert started[0].stdout is not None and started[0].stdout.closed
+    # A parse that fails stops git at once, even while its exception (and with it the
+    # reading frame) is still held, as a caller reporting it does.
+    for name in ("a", "b", "c"):
+        (repo / name).write_text("x\n")
+        gitcmd(repo, "add", name)
+        gitcmd(repo, "commit", "-q", "-m", name)
+
+    def broken(*args: Any) -> Any:
+        raise ValueError("the parse failed")
+
+    monkeypatch.setattr(base_module, "_entries", broken)
+    with pytest.raises(ValueError) as failed:
+        git.commit_changes(handle, "HEAD~3", "HEAD")
+    log = started[-1]
+    assert "--raw" in str(log.args) and log.returncode is not None and failed.value.__traceback__ is not None
 
 
 def test_a_new_config_file_written_directly_reads_back_through_git_as_written(tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ def path_policy(ctx: Context) -> list[Finding]:
     changes = git_or_skip(lambda: ctx.path_changes)
     if not changes:
         return []
-    target = git_or_skip(lambda: link_targets(ctx.repo, changes, ctx.pins.worktree))
+    target = link_targets(ctx.repo, changes, ctx.pins.worktree)  # (reads the links' blobs when check asks)
 
     def final_paths() -> list[str]:
         tracked = git.tree_paths(ctx.repo, ctx.head) if ctx.head else []
