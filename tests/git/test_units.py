@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import git as gitcmd
 from conftest import make_repo
 from pytest_subprocess import FakeProcess
@@ -393,6 +395,30 @@ def test_tokens_cut_into_batches_anywhere_parse_as_a_whole() -> None:
     for i in range(len(bad) + 1):
         with pytest.raises(ValueError, match="unexpected raw diff output"):
             base_module.raw_changes_batched([bad[:i], bad[i:]], "", tuple)
+
+
+_META = ":100644 100755 " + "1" * 40 + " " + "0" * 40 + " D"
+_TOKENS = st.lists(st.sampled_from(["", "commit " + "a" * 40, "commit b", "\n" + _META, _META, "p", "commit x y",
+                                    ":1 2 3 4 M", "\n", "q r"]), max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=_TOKENS, cuts=st.lists(st.integers(min_value=0, max_value=14), max_size=4))
+def test_any_output_cut_anywhere_parses_as_it_does_whole_or_is_refused_the_same(tokens: list[str],
+                                                                               cuts: list[int]) -> None:
+    """Well formed or not: the batched parse finds what the whole parse finds, or both
+    refuse the output."""
+    bounds = [0, *sorted(min(c, len(tokens)) for c in cuts), len(tokens)]
+    batches = [tokens[a:b] for a, b in zip(bounds, bounds[1:])]
+    try:
+        whole: list[tuple[str, ...]] | None = base_module.raw_changes(tokens, "", tuple)
+    except ValueError:
+        whole = None
+    try:
+        batched: list[tuple[str, ...]] | None = base_module.raw_changes_batched(batches, "", tuple)
+    except ValueError:
+        batched = None
+    assert batched == whole
 
 
 def test_a_streamed_git_that_fails_says_why_and_one_left_early_is_stopped(repo: Path,
