@@ -249,22 +249,39 @@ def _parse_runs(found: list[T], tokens: list[str], where: str, kind: type[T], *,
 
 def _entries(metas: list[str], paths: list[str], where: str, kind: type[T]) -> map[T]:
     """One commit's entries, from its metas (":OLDMODE NEWMODE OLDBLOB NEWBLOB STATUS",
-    the first after a newline) and their paths."""
+    the first after a newline) and their paths.
+
+    Each meta must have git's one shape, checked meta by meta at C speed: the colon and
+    the single spaces where git puts them, so two six-digit modes, two ids of the
+    object format's width and a one-letter status (renames are off: no score). A
+    malformed meta is refused, never read off by one field, and a run checked in pieces
+    (a batch ends inside it) is refused exactly where the whole run would be."""
+    metas[0] = metas[0].removeprefix("\n")  # (a slice of the tokens: this parse's own list)
+    width, count = len(metas[0]), len(metas)
+    stride = width + 1  # a meta and the space that joins it to the next
     text = " ".join(metas)
-    if "\n" in text:  # before a commit's first entry: one search, not a copy of 10 MB
-        text = text.replace("\n", "")
-    fields = text.replace(":", "").split(" ")
-    if len(paths) != len(metas) or len(fields) != 5 * len(metas) or text.count(":") != len(metas) \
-            or not text.startswith(":"):
+    spaces = _SPACES.get(width, ())
+    if not spaces or len(paths) != count or len(text) != stride * count - 1 or text.count(":") != count \
+            or text.count(" ") != 5 * count - 1 or text[::stride] != ":" * count \
+            or any(text[at::stride] != " " * (count if at < width else count - 1) for at in spaces):
         raise ValueError(f"unexpected raw diff output near {metas[0][:60]!r}")
-    statuses = fields[4::5]
-    if len("".join(statuses)) != len(statuses):  # a score (R100) never comes with renames off; be sure
-        statuses = [s[:1] for s in statuses]
+    fields = text.replace(":", "").split(" ")
     olds: list[str | None] | list[str] | list[None] = fields[2::5]
     news: list[str | None] | list[str] | list[None] = fields[3::5]
     if _NULL_DIGITS in text:  # else no id is git's null id (one search, not a look at each)
         olds, news = _blobs(fields[2::5]), _blobs(fields[3::5])
-    return map(tuple.__new__, repeat(kind), zip(paths, statuses, fields[0::5], fields[1::5], olds, news, repeat(where)))
+    return map(tuple.__new__, repeat(kind), zip(paths, fields[4::5], fields[0::5], fields[1::5], olds, news,
+                                               repeat(where)))
+
+
+def _meta_spaces(oid_len: int) -> tuple[int, ...]:
+    """Where the four spaces of a meta with ids `oid_len` hex digits long stand
+    (":100644 100644 ID ID M"), and last, at its width, the one joining it to the next."""
+    return 7, 14, 15 + oid_len, 16 + 2 * oid_len, 18 + 2 * oid_len
+
+
+# A meta's width (SHA-1: 98, SHA-256: 146) -> where its spaces stand.
+_SPACES = {spaces[-1]: spaces for spaces in (_meta_spaces(40), _meta_spaces(64))}
 
 
 def _blobs(ids: list[str]) -> "list[str | None] | list[str] | list[None]":

@@ -398,8 +398,13 @@ def test_tokens_cut_into_batches_anywhere_parse_as_a_whole() -> None:
 
 
 _META = ":100644 100755 " + "1" * 40 + " " + "0" * 40 + " D"
+# Metas git never writes: four fields, six, the colon misplaced, a field a digit short
+# and the next one long (each as wide as a real one where it can be), a newline inside.
+_MALFORMED = [":100644 100644 " + "1" * 40 + " M", ":100644 100644 100644 " + "1" * 40 + " " + "2" * 40 + " M",
+              "100644 100644 " + "1" * 40 + " " + "2" * 40 + " :M", ":10064 1006440 " + "1" * 40 + " " + "2" * 40 + " M",
+              ":100644 100644 " + "1" * 39 + " " + "2" * 41 + " M", ":100644\n100644 " + "1" * 40 + " " + "2" * 40 + " M"]
 _TOKENS = st.lists(st.sampled_from(["", "commit " + "a" * 40, "commit b", "\n" + _META, _META, "p", "commit x y",
-                                    ":1 2 3 4 M", "\n", "q r"]), max_size=14)
+                                    ":1 2 3 4 M", "\n", "q r", *_MALFORMED]), max_size=14)
 
 
 @settings(max_examples=300, deadline=None)
@@ -419,6 +424,16 @@ def test_any_output_cut_anywhere_parses_as_it_does_whole_or_is_refused_the_same(
     except ValueError:
         batched = None
     assert batched == whole
+
+
+@pytest.mark.parametrize("meta", _MALFORMED)
+def test_a_meta_of_any_other_shape_is_refused_not_read_off_by_a_field(meta: str) -> None:
+    """Checked meta by meta: a malformed one among good ones is refused however the run's
+    totals come out (a four-field and a six-field meta add up to two good ones)."""
+    for tokens in (["\n" + _META, "a", meta, "b", ""], ["\n" + meta, "a", _META, "b", ""],
+                   ["\n" + _MALFORMED[0], "a", _MALFORMED[1], "b", ""]):
+        with pytest.raises(ValueError, match="unexpected raw diff output"):
+            base_module.raw_changes(tokens, "", tuple)
 
 
 def test_a_streamed_git_that_fails_says_why_and_one_left_early_is_stopped(repo: Path,
