@@ -15,6 +15,18 @@ from ccm_guard.pathrules.check import Violation, check
 from ccm_guard.policy import Role
 
 
+def discover_range(start: Path, rev_range: str) -> tuple[git.Repo, str, str]:
+    """The repository holding `start`, and BASE..HEAD as two commit ids: in one git process
+    where it answers plainly, else asked one at a time (which says what is wrong)."""
+    base, sep, head = rev_range.partition("..")
+    found = git.discover_commits(start, base, head or "HEAD") if sep and base and not head.startswith(".") else None
+    if found:
+        return found[0].repo(), found[1][0], found[1][1]
+    repo = git.discover(start).repo()
+    base, head = resolve_range(repo, rev_range)
+    return repo, base, head
+
+
 def resolve_range(repo: git.Repo, rev_range: str) -> tuple[str, str]:
     """BASE..HEAD as two commit ids; a usage error that says how to write it, or that the
     base is not in this clone (a shallow CI checkout), otherwise."""
@@ -50,8 +62,7 @@ def check_paths_command(start: Path, rev_range: str | None, role: str | None,
         repo, pol = for_checkout(start, "HEAD", override)
         checked = pol.role(role)
         return staged.violations(Rules(checked.allow, checked.forbid), str(repo.work_tree or start))
-    repo = git.discover(start).repo()
-    base, head = resolve_range(repo, rev_range)
+    repo, base, head = discover_range(start, rev_range)
     # The policy at BASE: a range that edits .ccm-guard.toml is not judged by its own edit.
     return range_violations(repo, policy_at(repo, base, override).role(role), base, head)
 

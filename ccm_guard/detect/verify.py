@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ccm_guard import git
-from ccm_guard.detect.checkpaths import resolve_range
+from ccm_guard.detect.checkpaths import discover_range
 from ccm_guard.detect.context import FAIL, Finding
 from ccm_guard.detect.gates import (
     GateResult,
@@ -61,8 +61,7 @@ class RangeReport:
 
 
 def verify_range(start: Path, rev_range: str, role_name: str | None, override: Path | None) -> RangeReport:
-    repo = git.discover(start).repo()
-    base, head = resolve_range(repo, rev_range)
+    repo, base, head = discover_range(start, rev_range)
     policy = policy_at(repo, base, override)
     role = policy.role(role_name)
     from ccm_guard.pathrules.rules import Rules

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
         Result,
         describe_failure,
         discover,
-        discover_commit,
+        discover_commits,
         environment,
         is_oid,
         run,
@@ -149,7 +149,7 @@ if TYPE_CHECKING:
 
 # The query API, as callers use it: `from ccm_guard import git; git.resolve_commit(...)`.
 __all__ = [
-    "binary", "describe_failure", "discover", "discover_commit", "Discovered", "environment", "HARDENING", "is_oid", "Repo", "Result",
+    "binary", "describe_failure", "discover", "discover_commits", "Discovered", "environment", "HARDENING", "is_oid", "Repo", "Result",
     "run",
     "check_branch_name", "delete_ref", "drop_ref", "fetch_ref", "push_ref", "ref_exists", "branch_taken", "branch_tip", "current_branch", "worktree_stash", "all_reachable", "ref_trees",
     "refs_under", "RefTree", "resolve_commit", "set_symbolic_head", "symbolic_head", "try_update_ref", "update_ref",

@@ -238,17 +238,19 @@ def discover(path: Path) -> Discovered:
     return _discovered(path, *lines)
 
 
-def discover_commit(path: Path, rev: str) -> tuple[Discovered, str] | None:
-    """discover(path) and the commit `rev` names there, in one git process, where it answers
-    both plainly; None otherwise (no repository, no such commit, an option-like or ambiguous
-    `rev`, a range): the caller asks again one at a time, which says what is wrong."""
-    if rev.startswith("-") or not path.is_dir():
+def discover_commits(path: Path, *revs: str) -> tuple[Discovered, list[str]] | None:
+    """discover(path) and the commit each of `revs` names there, in one git process, where
+    it answers all plainly; None otherwise (no repository, no such commit, an option-like
+    or ambiguous rev, a range): the caller asks again one at a time, which says what is
+    wrong."""
+    if any(rev.startswith("-") for rev in revs) or not path.is_dir():
         return None
-    res = run([*_WHERE, "--show-toplevel", f"{rev}^{{commit}}"], cwd=path, check=False)
+    res = run([*_WHERE, "--show-toplevel", *(f"{rev}^{{commit}}" for rev in revs)], cwd=path, check=False)
     lines = res.lines()
-    if res.returncode != 0 or len(lines) != 5 or lines[0] != "false" or not is_oid(lines[4]):
+    ids = lines[4:]
+    if res.returncode != 0 or len(ids) != len(revs) or lines[0] != "false" or not all(map(is_oid, ids)):
         return None
-    return _discovered(path, *lines[:4]), lines[4]
+    return _discovered(path, *lines[:4]), ids
 
 
 def _discovered(path: Path, bare: str, git_dir: str, common: str, *top: str) -> Discovered:

@@ -53,9 +53,9 @@ class Plan(NamedTuple):
 
 
 def plan(start: Path, task_id: str | None, base_rev: str) -> Plan:
-    found = git.discover_commit(start, base_rev)  # one git process where that answers
+    found = git.discover_commits(start, base_rev)  # one git process where that answers
     main = found[0] if found else git.discover(start)
-    base = found[1] if found else git.resolve_commit(main.repo(), base_rev)
+    base = found[1][0] if found else git.resolve_commit(main.repo(), base_rev)
     host = host_repo(main.common_dir)
     if base is None and not git.has_any_commit(host):
         raise RepoError(f"{main.toplevel} has no commits yet: make a first commit, then run ccm-guard")

@@ -625,20 +625,24 @@ def test_discovery_and_the_base_in_one_process_agree_with_asking_one_at_a_time(r
     different answer than discover + resolve_commit give."""
     gitcmd(repo, "commit", "-q", "--allow-empty", "-m", "second")
     (repo / "sub").mkdir()
-    found = git.discover_commit(repo / "sub", rev)
+    found = git.discover_commits(repo / "sub", rev)
     slow = git.resolve_commit(git.discover(repo / "sub").repo(), rev)
     if found is None:
         assert rev in ("HEAD~9", "^HEAD", "HEAD~1..HEAD", "--git-dir", "-q", "nosuch", "", "HEAD^{tree}")
     else:
-        assert found == (git.discover(repo / "sub"), slow) and slow is not None
+        assert found == (git.discover(repo / "sub"), [slow]) and slow is not None
+    # Two at once (check-paths' and verify's BASE..HEAD): both answered, or None.
+    pair = git.discover_commits(repo / "sub", "HEAD~1", rev)
+    assert pair == (None if found is None else (git.discover(repo / "sub"), [git.resolve_commit(
+        git.discover(repo / "sub").repo(), "HEAD~1"), slow]))
 
 
 def test_discovery_with_a_base_leaves_an_unborn_or_bare_repository_to_the_slow_path(tmp_path: Path) -> None:
     gitcmd(tmp_path, "init", "-q", "unborn")
     gitcmd(tmp_path, "init", "-q", "--bare", "bare.git")
-    assert git.discover_commit(tmp_path / "unborn", "HEAD") is None
-    assert git.discover_commit(tmp_path / "bare.git", "HEAD") is None
-    assert git.discover_commit(tmp_path / "nowhere", "HEAD") is None
+    assert git.discover_commits(tmp_path / "unborn", "HEAD") is None
+    assert git.discover_commits(tmp_path / "bare.git", "HEAD") is None
+    assert git.discover_commits(tmp_path / "nowhere", "HEAD") is None
 
 
 @pytest.mark.parametrize("name", ["a\u2028b", "a\x0cb", "a\rb", "a\x1cb"])
@@ -651,7 +655,7 @@ def test_a_repository_whose_path_holds_a_line_separator_other_than_newline_is_fo
     gitcmd(top, "commit", "-q", "--allow-empty", "-m", "one")
     found = git.discover(top)
     assert found.toplevel == top.resolve() and found.git_dir == (top / ".git").resolve()
-    fast = git.discover_commit(top, "HEAD")
+    fast = git.discover_commits(top, "HEAD")
     assert fast is not None and fast[0] == found
 
 
@@ -661,7 +665,7 @@ def test_a_repository_whose_path_holds_a_newline_is_refused_by_name(tmp_path: Pa
     gitcmd(top, "init", "-q")
     with pytest.raises(RepoError, match="line break"):
         git.discover(top)
-    assert git.discover_commit(top, "HEAD") is None
+    assert git.discover_commits(top, "HEAD") is None
 
 
 def test_a_ref_whose_name_holds_a_unicode_line_separator_is_read_whole(repo: Path) -> None:
