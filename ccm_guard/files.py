@@ -1,8 +1,10 @@
 """Reading files the agent could have written: never through a link, never blocking on a
-FIFO, never more than a limit (a link to /dev/zero, a device node, a huge file)."""
+FIFO, never more than a limit (a link to /dev/zero, a device node, a huge file). Writing
+beside them: never through anything planted at a name the agent could guess."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -34,6 +36,24 @@ def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
         if tail and size > limit:
             fh.seek(size - limit)
         return fh.read(limit)
+
+
+def replace_file(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Make `path` hold `data`, with exactly `mode`, whole or not at all: a new file of a
+    random name beside it, created exclusively and through no link (a link or a hard link
+    planted at a name that could be guessed is never written through), then renamed over
+    it. OSError where that fails; the new file does not stay."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.ccm-guard-tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            os.fchmod(out.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def lock_now(fd: int) -> int | None:

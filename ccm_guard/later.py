@@ -1,5 +1,4 @@
-"""What is left for later: a call run on a thread while the caller goes on, its result or
-exception kept; and a command's large results, kept until its process ends.
+"""A call run on a thread while the caller goes on, its result or exception kept for later.
 
 What ccm-guard needs of concurrent.futures (two git walks side by side) without its
 import, which brings logging and costs ~4 ms of every start.
@@ -44,14 +43,3 @@ class Later(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
-
-
-_KEPT: list[object] = []
-
-
-def keep_to_exit(value: object) -> None:
-    """Hold `value` until the process ends. A command leaves without freeing its objects
-    (cli.run ends with os._exit): a range's 100k parsed changes freed when the check
-    returns cost it 10 ms for nothing. For a command's few large results only: a long
-    process (a test run) keeps them all."""
-    _KEPT.append(value)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from ccm_guard.digest import sha256_hex
-from ccm_guard.files import read_regular
+from ccm_guard.files import read_regular, replace_file
 
 # Larger files are not read for judging, nor parsed for trust (a home's settings are small).
 READ_LIMIT = 16 << 20
@@ -107,7 +107,7 @@ def _claude_trust(state: Path, main: Path, worktree: Path) -> None:
     projects[str(worktree)] = {"hasTrustDialogAccepted": True,
                                "hasCompletedProjectOnboarding": bool(entry.get("hasCompletedProjectOnboarding")),
                                "allowedTools": []}
-    _write_private(path, json.dumps(data, indent=2).encode())
+    replace_file(path, json.dumps(data, indent=2).encode())
 
 
 def _codex_trust(state: Path, main: Path, worktree: Path) -> None:
@@ -129,7 +129,7 @@ def _codex_trust(state: Path, main: Path, worktree: Path) -> None:
         tomllib.loads(text)
     except ValueError:
         return  # projects written as an inline table: leave the file as the person has it
-    _write_private(path, text.encode())
+    replace_file(path, text.encode())
 
 
 def _gemini_trust(state: Path, main: Path, worktree: Path) -> None:
@@ -137,7 +137,7 @@ def _gemini_trust(state: Path, main: Path, worktree: Path) -> None:
     data = _json(path)
     if _trusted_entry(data, main, lambda e: e == "TRUST_FOLDER") is not None:  # it trusts what is below it
         data[str(worktree)] = "TRUST_FOLDER"
-        _write_private(path, json.dumps(data, indent=2).encode())
+        replace_file(path, json.dumps(data, indent=2).encode())
 
 
 def _trusted_entry(projects: Mapping[str, object], main: Path, trusted: Callable[[object], bool]) -> Any:
@@ -262,7 +262,7 @@ def _copy_regular(src: Path, dst: Path) -> None:
     the person's own databases, their sessions) is not followed."""
     data = read_regular(src, TEMPLATE_FILE_LIMIT)
     if data is not None:
-        _write_private(dst, data)
+        replace_file(dst, data)
 
 
 TEMPLATE_FILE_LIMIT = 64 << 20  # a first start's empty databases are kilobytes
@@ -363,11 +363,3 @@ def _json(path: Path) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".ccm-guard-tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)

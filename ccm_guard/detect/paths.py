@@ -7,6 +7,7 @@ addition (both sides are checked), and then what is left uncommitted in the work
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -99,20 +100,17 @@ def link_targets(repo: git.Repo, changes: list[PathChange], worktree: Path | Non
     """Where each symlink points: committed ones from their blobs (one git call for all,
     made when the first is asked for: most ranges have none), uncommitted ones from the
     work tree."""
-    links: dict[str, bytes] = {}
-    read = False
+    @functools.cache
+    def committed() -> dict[str, bytes]:
+        return git.blobs(repo, [c.new_blob for c in changes if c.new_blob and c.new_mode == SYMLINK])
 
     def target(c: PathChange) -> str | None:
-        nonlocal read
         if c.new_blob is None:
             try:
                 return os.readlink((worktree or Path("/nonexistent")) / c.path)
             except OSError:
                 return None
-        if not read:
-            links.update(git.blobs(repo, [c.new_blob for c in changes if c.new_blob and c.new_mode == SYMLINK]))
-            read = True
-        data = links.get(c.new_blob)
+        data = committed().get(c.new_blob)
         return None if data is None else data.decode("utf-8", "surrogateescape")
 
     return target

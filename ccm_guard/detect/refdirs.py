@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 from ccm_guard.digest import sha256_hex
+from ccm_guard.files import replace_file
 
 SMALL = 64  # fewer entries than this: cheaper to read each time than to keep
 _SETTLE_NS = 2_000_000_000
@@ -259,6 +260,4 @@ def _load_index(path: Path) -> dict[str, list[Any]]:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    replace_file(path, data)

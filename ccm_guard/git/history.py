@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import closing
 import shutil
 import tempfile
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -177,6 +177,14 @@ class RawChange(NamedTuple):
     where: str  # the commit that made the change
 
 
+def range_log(base: str, head: str) -> list[str]:
+    """The git command (its arguments) listing, raw, what each commit of base..head changed
+    against each of its parents (commit_changes; the bench and tests run it as it is).
+    --ignore-submodules=none: a .gitmodules saying `ignore = all` must not hide a gitlink."""
+    return ["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
+            "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"]
+
+
 def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = False) -> list[RawChange]:
     """Every path each commit in base..head changed against each of its parents, oldest first.
 
@@ -192,9 +200,7 @@ def commit_changes(repo: Repo, base: str, head: str, *, merged_base: bool = Fals
     base's own work coming in; what the merge itself brings relative to the base,
     an undoing of the base's changes included, is in the diffs kept.
     """
-    # --ignore-submodules=none: a .gitmodules saying `ignore = all` must not hide a gitlink.
-    with closing(run_z(["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
-                        "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..{head}", "--"], repo)) as out:
+    with closing(run_z(range_log(base, head), repo)) as out:
         changes = raw_changes_batched(out, "", RawChange)  # (closing: git stopped at once if the parse fails)
     if not merged_base:
         return changes

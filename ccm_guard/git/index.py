@@ -10,7 +10,6 @@ the person's index already records each file's size (about 50 ms to read).
 from __future__ import annotations
 
 import os
-import stat
 import struct
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -39,10 +38,17 @@ def sizes(path: Path, oid_len: int = 20) -> tuple[int, int] | None:
 def entry_count(path: Path) -> int | None:
     """How many entries an index file's header counts (its first 12 bytes, nothing else
     read); None where it is no index."""
-    header = read_regular(path, 12)
-    if not header or len(header) < 12 or header[:4] != b"DIRC":
+    header = _header(read_regular(path, 12) or b"")
+    return header[1] if header else None
+
+
+def _header(data: bytes) -> tuple[int, int] | None:
+    """An index file's version and entry count, from its first 12 bytes; None for what is
+    no index."""
+    if len(data) < 12 or data[:4] != b"DIRC":
         return None
-    return int.from_bytes(header[8:12], "big")
+    version, count = struct.unpack(">II", data[4:12])
+    return version, count
 
 
 _ENTRY = struct.Struct(">10I")  # ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size
@@ -80,11 +86,10 @@ def _steps(data: bytes, oid_len: int) -> Iterator[tuple[int, int, int, bytes | i
     name ends, where the next entry begins); None for another file. A name is not copied
     out where it lies whole in the file: a step over 100k entries costs ~25 ms, not ~40.
     Iterating raises ValueError where the file contradicts itself."""
-    if len(data) < 12 or data[:4] != b"DIRC":
+    header = _header(data)
+    if header is None or header[0] not in (2, 3, 4):
         return None
-    version, count = struct.unpack(">II", data[4:12])
-    if version not in (2, 3, 4):
-        return None
+    version, count = header
 
     def walk() -> Iterator[tuple[int, int, int, bytes | int, int]]:
         pos, fixed, path = 12, 40 + oid_len + 2, b""

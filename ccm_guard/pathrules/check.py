@@ -103,7 +103,9 @@ _ADDED = frozenset(("A", "?"))
 
 
 def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[[PathChange], str | None],
-            links: Mapping[str, str] | None = None) -> list[Violation]:
+            links: Mapping[str, str]) -> list[Violation]:
+    """What is wrong with one change; `links` are the links the change made (path ->
+    target), through which its own link's target is resolved."""
     found = []
     at = where_label(c.where)
     if why:
@@ -119,11 +121,10 @@ def _change(c: PathChange, why: str | None, rules: Rules, link_target: Callable[
     return found
 
 
-def _symlink(path: str, at: str, rules: Rules, target: str | None, links: Mapping[str, str] | None = None
-             ) -> list[Violation]:
+def _symlink(path: str, at: str, rules: Rules, target: str | None, links: Mapping[str, str]) -> list[Violation]:
     if target is None:
         return [Violation(path, "is a symlink whose target could not be read", at)]
-    others = {k: v for k, v in (links or {}).items() if k != path}
+    others = {k: v for k, v in links.items() if k != path}
     resolved = None if posixpath.isabs(target) else _resolve(posixpath.join(posixpath.dirname(path), target), others)
     if resolved is None:
         return [Violation(path, f"is a symlink pointing outside the worktree ({target!r})", at)]

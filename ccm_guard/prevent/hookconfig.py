@@ -17,8 +17,8 @@ from typing import Any, Iterable, Sequence
 from ccm_guard import git
 from ccm_guard.digest import sha256_hex
 from ccm_guard.errors import RepoError
+from ccm_guard.files import replace_file
 from ccm_guard.git import config as configfile
-from ccm_guard.prevent.hookfiles import write_atomic
 from ccm_guard.prevent.hookreport import Report
 
 TRUE = ("true", "yes", "on", "1")
@@ -58,7 +58,7 @@ def config_undo(edit: dict[str, Any], value: str | None, report: Report) -> None
         if edit["before"] is None:
             path.unlink(missing_ok=True)
         else:
-            write_atomic(path, base64.b64decode(edit["before"]), edit["mode"])
+            replace_file(path, base64.b64decode(edit["before"]), edit["mode"])
         report.restored.append(path)
         return
     if config_get(path, edit["key"]) != edit["value"]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ccm_guard.errors import UsageError
+from ccm_guard.files import replace_file
 from ccm_guard.prevent.hookreport import Report
 from ccm_guard.prevent.resources import data_file
 
@@ -122,14 +123,7 @@ def write_hook(path: Path, *, hook: str, settings: str = "", tasks: str = "", le
                check: bool = True) -> None:
     text = render({"HOOK": hook, "PY": interpreter(), "PYPATH": python_path(), "SETTINGS": settings,
                    "TASKS": tasks, "LEGACY": legacy, "CHECK": "1" if check else "0"})
-    write_atomic(path, text.encode(), 0o755)
-
-
-def write_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.ccm-guard-tmp")
-    tmp.write_bytes(data)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
+    replace_file(path, text.encode(), 0o755)
 
 
 # --- a hooks dir that chains another ---------------------------------------------------
@@ -192,4 +186,4 @@ def write_settings(path: Path, values: Sequence[tuple[str, str]]) -> None:
         if "\n" in value or "\r" in value:
             raise UsageError(f"{key} {value!r} contains a line break: choose a name without one")
     text = "# ccm-guard task settings: written by `ccm-guard install`, read by the task's hooks\n"
-    write_atomic(path, (text + "".join(f"{k}={v}\n" for k, v in values)).encode(), 0o644)
+    replace_file(path, (text + "".join(f"{k}={v}\n" for k, v in values)).encode(), 0o644)

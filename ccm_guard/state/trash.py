@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import IO, Callable, ContextManager
+from typing import IO, Callable, ContextManager, Mapping
 
 from ccm_guard.files import lock_now
 from ccm_guard.git.index import entry_count
@@ -80,7 +80,7 @@ def release() -> None:
     exits; a long-lived caller may call it sooner (after its own child processes are
     accounted for)."""
     if _pending:
-        _start_deleter(list(_pending), dict(_pending))
+        _start_deleter(dict(_pending))
         _pending.clear()
 
 
@@ -104,25 +104,27 @@ _SHARED_RM = ('cd -P -- "$0" || exit; xargs -0 -P "$1" -n "$2" rm -rf --one-file
 _PARTS_MAX, _PARTS_BYTES = 512, 60_000
 
 
-def _start_deleter(paths: list[Path], files: dict[Path, int] | None = None) -> None:
+def _start_deleter(entries: Mapping[Path, int]) -> None:
     """`nice rm -rf` of the entries, holding their locks: each is locked here (one another
     process holds is left to it, and to a later `gc`) and the lock's file descriptor is
     passed on, so that it is held until rm exits, whatever becomes of this process
     (`sweep` deletes only what no deleter holds). A deleter per `_CHUNK` entries, and one
-    of its own for an entry known (`files`) to hold `_SHARED_FROM` files or more, whose
-    parts several rm processes share. In its own session (Ctrl-C to ccm-guard's group
+    of its own for an entry that holds (`entries`: how many files each holds, 0 where not
+    known) `_SHARED_FROM` files or more, whose parts several rm processes share. In its own session (Ctrl-C to ccm-guard's group
     does not reach it), with no stdout or stderr (whoever waits for ccm-guard's output is
     not kept waiting). No interpreter in between: one cost ~15 ms of CPU after every run."""
-    for start in range(0, len(paths), _CHUNK):
-        locked = {str(path): fd for path in paths[start:start + _CHUNK] if (fd := _try_lock(path)) is not None}
-        large = {path for path in locked if _SHARERS > 1 and (files or {}).get(Path(path), 0) >= _SHARED_FROM}
+    listed = list(entries)
+    shared_from = _SHARED_FROM if _SHARERS > 1 else None
+    for start in range(0, len(listed), _CHUNK):
+        locked = {path: fd for path in listed[start:start + _CHUNK] if (fd := _try_lock(path)) is not None}
+        large = [path for path in locked if shared_from is not None and entries[path] >= shared_from]
+        rest = [path for path in locked if path not in large]
         try:
             for path in large:
                 with contextlib.suppress(OSError):  # no deleter: `sweep` finds it later
-                    _spawn_shared(path, [locked[path]] if locked[path] >= 0 else [])
-            if len(locked) > len(large):
-                _spawn([*_RM, *(path for path in locked if path not in large)],
-                       [fd for path, fd in locked.items() if fd >= 0 and path not in large])
+                    _spawn_shared(str(path), [fd for fd in (locked[path],) if fd >= 0])
+            if rest:
+                _spawn([*_RM, *map(str, rest)], [locked[path] for path in rest if locked[path] >= 0])
         except OSError:
             pass  # no deleter: `sweep` finds the entries later
         finally:
@@ -135,7 +137,7 @@ def _spawn_shared(entry: str, fds: list[int]) -> None:
     """The deleter of a large tree: its parts to xargs, which keeps `_SHARERS` rm
     processes at work on them; then one rm for the rest."""
     names, size = [], 0
-    for name in _parts(entry, at_least=4 * _SHARERS):
+    for name in _parts(entry):
         size += len(name) + 1
         if size > _PARTS_BYTES:
             break
@@ -150,13 +152,13 @@ def _spawn_shared(entry: str, fds: list[int]) -> None:
             stdin.close()
 
 
-def _parts(entry: str, *, at_least: int) -> list[bytes]:
+def _parts(entry: str) -> list[bytes]:
     """The names in the tree's top directory to share out (`_PARTS_MAX` at most), nothing
     deeper: rm is given them in the tree (`cd`), and never follows the link a name it is
     given is, nor any it finds below. (A deeper path would be looked up through a directory
     of the tree, which a process the agent left could swap for a link: Landlock's rules
-    follow the renamed worktree into the trash.) Where the top directory holds fewer than
-    `at_least` directories (a tree under one `src/`), what they hold is moved up into it
+    follow the renamed worktree into the trash.) Where the top directory holds fewer
+    directories than four per rm (a tree under one `src/`), what they hold is moved up into it
     first, a level at a time (twice, `_PARTS_MAX` names at most), by renames relative to
     directories opened without following links: nothing outside the tree can be moved in.
     A mount point is left to the final rm, which keeps to the tree's file system."""
@@ -169,7 +171,7 @@ def _parts(entry: str, *, at_least: int) -> list[bytes]:
         for _ in range(2):
             with os.scandir(top) as listing:
                 directories = [held.name for held in listing if held.is_dir(follow_symlinks=False)]
-            if len(directories) >= at_least:
+            if len(directories) >= 4 * _SHARERS:
                 break
             for name in directories:
                 moved = _move_up(top, name, moved)
@@ -293,7 +295,7 @@ def sweep(dry_run: bool = False, wait: bool = True) -> SweepReport:
             if fd >= 0:
                 os.close(fd)
     if report.deleted and not dry_run and not wait:
-        _start_deleter([Path(e) for e in report.deleted])
+        _start_deleter(dict.fromkeys(map(Path, report.deleted), 0))
     return report
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ccm_guard import failpoints, git, progress
 from ccm_guard.errors import GitError, RepoError, StateError, UsageError
-from ccm_guard.files import identity, read_regular
+from ccm_guard.files import identity, read_regular, replace_file
 from ccm_guard.git import index as indexfile
 from ccm_guard.git.layout import admin_dir_of, admin_dirs_pointing_at, host_repo
 from ccm_guard.state import trash
@@ -110,20 +110,9 @@ def _kept_sizes(kept: Path, key: str) -> tuple[int, int] | None:
 
 def _keep_sizes(kept: Path, key: str, sizes: tuple[int, int]) -> None:
     """Keep the figures (whole or not at all); where that fails, the next run reads the index."""
-    tmp = kept.with_name(f"{kept.name}.{os.getpid()}-{os.urandom(3).hex()}.tmp")
-    try:
+    with contextlib.suppress(OSError):
         kept.parent.mkdir(parents=True, exist_ok=True)
-        # A new file only: nothing planted at the name (a link) is written through.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(f"{key} {sizes[0]} {sizes[1]}\n")
-        os.replace(tmp, kept)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        replace_file(kept, f"{key} {sizes[0]} {sizes[1]}\n".encode())
 
 
 def create(p: Plan, registry: Registry, command: list[str], options: dict[str, object], *,

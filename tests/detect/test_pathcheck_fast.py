@@ -106,8 +106,13 @@ def reference_check(changes: list[PathChange], rules: Rules, link_target: Callab
     """pathcheck.check as it was before the fast path: every change matched one path at a
     time, and the twins found by folding every final path (no selection by set)."""
     found: list[Violation] = []
-    # A link resolves through the links the change made (a link inside a linked directory).
-    links = {c.path: t for c in changes if c.new_mode == SYMLINK and c.status != "D" and (t := link_target(c))}
+    # A link resolves through the links the change made (a link inside a linked directory):
+    # every link that is there at the end and whose target can be read.
+    links: dict[str, str] = {}
+    for c in changes:
+        target = link_target(c) if c.new_mode == SYMLINK and c.status != "D" else None
+        if target:
+            links[c.path] = target
     for c in changes:  # every change, matched on its own (what it finds is _change's, shared)
         found += _change(c, rules.violation(c.path), rules, link_target, links)
     added = [c for c in changes if c.status in ("A", "?")]

@@ -26,6 +26,7 @@ from ccm_guard.errors import GitError, RepoError, StateError, UntrustedRepoError
 from ccm_guard.git import base as base_module
 from ccm_guard.git import config as configfile
 from ccm_guard.git import core
+from ccm_guard.git.history import range_log
 from ccm_guard.run.exec import exec_task
 from ccm_guard.state.pins import Pins
 from ccm_guard.state.registry import Registry, sanitise_task_id
@@ -366,10 +367,7 @@ def test_a_range_read_in_batches_of_any_size_comes_out_as_read_whole(repo: Path,
     output finds, token for token."""
     base = _odd_history(repo)
     handle = git.discover(repo).repo()
-    whole = base_module.raw_changes(git.run(
-        ["log", "--reverse", "-z", "--raw", "--no-renames", "--no-abbrev", "--diff-merges=separate",
-         "--ignore-submodules=none", "--format=%x00commit %H", f"{base}..HEAD", "--"], handle).out.split("\0"),
-        "", git.RawChange)
+    whole = base_module.raw_changes(git.run(range_log(base, "HEAD"), handle).out.split("\0"), "", git.RawChange)
     # Seven odd names, again in the merge against main; README in main and in the merge against side; the removal.
     assert len(whole) == 7 + 7 + 1 + 1 + 1
     for size in (1, 2, 7, 61, 4096):

@@ -104,7 +104,7 @@ def test_the_deleter_holds_its_entries_locks_until_it_is_done(tmp_path: Path, mo
     (fake / "rm").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     entry = tree_of_files(trash.trash_dir() / "1-1-abcdef-held", 3)
-    trash._start_deleter([entry])
+    trash._start_deleter({entry: 0})
     assert trash.busy(entry) and trash.sweep().busy == [str(entry)]
     wait_until(lambda: not trash.busy(entry), "the deleter to let go when it exits")
     assert entry.exists()  # (the stand-in deleted nothing)
@@ -118,7 +118,7 @@ def test_without_nice_the_deleter_is_rm_alone(tmp_path: Path, monkeypatch: pytes
     (fake / "rm").chmod(0o755)
     monkeypatch.setenv("PATH", str(fake))
     entry = tree_of_files(trash.trash_dir() / "1-1-abcdef-plain", 3)
-    trash._start_deleter([entry])
+    trash._start_deleter({entry: 0})
     wait_until(said.exists, "rm to be started")
     wait_until(lambda: said.read_text().strip() == f"-rf --one-file-system -- {entry}", "rm's arguments")
 
@@ -132,7 +132,7 @@ def test_more_entries_than_open_files_allowed_are_all_deleted(tmp_path: Path) ->
     code = """import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (400, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 from ccm_guard.state import trash
-trash._start_deleter(trash.entries())
+trash._start_deleter(dict.fromkeys(trash.entries(), 0))
 """
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     wait_until(lambda: trash.entries() == [], "the deleters to delete all 1100 entries")
@@ -303,7 +303,7 @@ def test_remove_worktree_says_how_many_files_the_tree_holds(repo: Path, tmp_path
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The count comes from the worktree's index (its header), read before its admin dir goes."""
     seen: dict[Path, int] = {}
-    monkeypatch.setattr(trash, "_start_deleter", lambda paths, files=None: seen.update(files or {}))
+    monkeypatch.setattr(trash, "_start_deleter", lambda entries: seen.update(entries))
     for i in range(7):
         (repo / f"f{i}.txt").write_text(f"{i}\n")
     git(repo, "add", "-A")
@@ -321,7 +321,7 @@ def test_a_sparse_worktree_is_not_counted_by_its_index(repo: Path, tmp_path: Pat
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A sparse checkout's index lists the files it leaves out too: no count is given."""
     seen: dict[Path, int] = {}
-    monkeypatch.setattr(trash, "_start_deleter", lambda paths, files=None: seen.update(files or {}))
+    monkeypatch.setattr(trash, "_start_deleter", lambda entries: seen.update(entries))
     worktree = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", "--no-checkout", str(worktree))
     git(worktree, "sparse-checkout", "set", "--cone", "nothing")
@@ -359,3 +359,10 @@ def test_the_exiting_process_does_not_wait_on_a_shared_deleter(tmp_path: Path, m
     assert done.wait(60), "release() waited on the deleter"
     assert trash.busy(entry)  # the rm processes hold the lock
     assert len(list(entry.iterdir())) == 3000  # (the stand-in deleted nothing)
+    # The stand-in's remaining calls end at once (a new file: those running keep theirs),
+    # so that no deleter outlives the test.
+    quick = fake / "rm.quick"
+    quick.write_text("#!/bin/sh\nexit 0\n")
+    quick.chmod(0o755)
+    os.replace(quick, fake / "rm")
+    wait_until(lambda: not trash.busy(entry), "the stand-in deleter to finish")
