@@ -40,7 +40,7 @@ _COMMANDS = {
     "exec": ("exec", "exec_cmd"), "audit": ("exec", "audit"), "demo": ("demo", "demo"), "task": ("task", "task"),
     "policy": ("repo", "policy"), "check-paths": ("repo", "check_paths"), "verify": ("repo", "verify"),
     "install": ("repo", "install"), "uninstall": ("repo", "uninstall"), "hook": ("repo", "hook"),
-    "roots": ("repo", "roots"), "gc": ("gc", "gc_cmd"), "pool": ("pool", "pool"),
+    "roots": ("repo", "roots"), "gc": ("gc", "gc_cmd"), "pool": ("pool", "pool"), "server": ("server", "server"),
 }
 
 

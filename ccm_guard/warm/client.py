@@ -1,0 +1,150 @@
+"""The installed command's first step: hand the command to a warm server (server.py) when
+one is running for this installation and state home, or say no in well under a millisecond
+so that the command runs here as ever.
+
+Only built-in modules are imported: the whole point is to skip Python's start-up cost of
+click and ccm-guard's modules (some 45 ms of every command), so this module must cost
+next to nothing itself, on both answers.
+
+A command goes to the server only when nothing about it depends on being this process:
+no terminal on any standard stream and no controlling terminal (job control, `SIGWINCH`,
+a pinentry reading /dev/tty would not reach a child of the server), and a server of this
+user that is not itself confined (its `SO_PEERCRED` uid and `NoNewPrivs`: an agent in a
+sandbox may bind the name before the server does, and must not get the person's
+commands). The server checks the rest (limits, cgroup, namespaces, signal dispositions,
+the interpreter and its path) and declines what differs; a declined command runs here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # typing's own costs a few milliseconds; mypy reads this name the same
+if TYPE_CHECKING:
+    import _socket
+
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OFF_VARIABLE = "CCM_GUARD_NO_SERVER"  # set (to anything): never use a warm server
+SO_PEERPIDFD = 77  # Linux 6.5; every kernel with Landlock ABI 6, which the server needs, has it
+SO_PEERCRED = 17
+# What the client passes on to the command's child; the rest keep their default action.
+FORWARDED = (1, 2, 3, 10, 12, 15)  # SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM
+KILLED = 128 + 9  # the exit code when the server vanished mid-command: the command was killed
+MAX_REQUEST = 200_000  # one datagram (the socket's default send buffer is ~208 KiB)
+
+
+def socket_name(environ: dict[bytes, bytes] | os._Environ[bytes] | None = None) -> bytes:
+    """The abstract socket of the server for this user, installation and state home."""
+    env = os.environb if environ is None else environ
+    key = b"\0".join((os.fsencode(PACKAGE), os.fsencode(sys.executable), env.get(b"CCM_GUARD_HOME", b"")))
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]  # built in: hashlib costs more
+    except ImportError:  # pragma: no cover - another interpreter build
+        from hashlib import sha256
+    return b"\0ccm-guard/%d/%s" % (os.getuid(), sha256(key).hexdigest()[:24].encode())
+
+
+def request_fields() -> list[bytes]:
+    """What the server needs to become this command: the interpreter, the arguments, the
+    environment and the import path (the rest it reads from /proc, or takes as fds)."""
+    flags = repr((tuple(sys.flags), sys._xoptions, sys.warnoptions)).encode()
+    path = [os.fsencode(p) for p in sys.path]
+    argv = [os.fsencode(a) for a in sys.argv]
+    env = [k + b"=" + v for k, v in os.environb.items()]
+    return [b"run", os.fsencode(sys.executable), sys.version.encode(), flags,
+            b"%d" % len(argv), *argv, b"%d" % len(env), *env, b"%d" % len(path), *path]
+
+
+def unconfined_peer(sock: _socket.socket) -> bool:
+    """The server is this user's and not in a sandbox; read through its pidfd, so that a
+    process that died and left its pid to another cannot pass for it."""
+    import _signal
+
+    cred = sock.getsockopt(1, SO_PEERCRED, 12)  # SOL_SOCKET
+    if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+        return False
+    pidfd = sock.getsockopt(1, SO_PEERPIDFD)
+    try:
+        pid = int.from_bytes(cred[0:4], sys.byteorder)
+        with open(f"/proc/{pid}/status", "rb") as status:
+            confined = b"\nNoNewPrivs:\t0\n" not in status.read()
+        _signal.pidfd_send_signal(pidfd, 0)  # still the process the pidfd names: ESRCH otherwise
+        return not confined
+    finally:
+        os.close(pidfd)
+
+
+def _has_terminal() -> bool:
+    if os.isatty(0) or os.isatty(1) or os.isatty(2):
+        return True
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC))
+    except OSError:
+        return False  # ENXIO: no controlling terminal
+    return True
+
+
+def through_server() -> int | None:
+    """The command's exit code, having had the warm server run it; None when it did not
+    (no server, a terminal, or a server that declined): then run it here."""
+    if os.environ.get(OFF_VARIABLE) or _has_terminal():
+        return None
+    try:
+        import _socket
+    except ImportError:  # pragma: no cover - an interpreter without sockets
+        return None
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
+    try:
+        try:
+            sock.connect(socket_name())
+            if not unconfined_peer(sock):
+                return None
+            data = b"\0".join(request_fields())
+            if len(data) > MAX_REQUEST:
+                return None
+            cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd))
+                sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+            finally:
+                os.close(cwd)
+        except OSError:
+            return None  # no server (ECONNREFUSED), or one that is going away
+        return _wait(sock)
+    finally:
+        sock.close()
+
+
+def _wait(sock: _socket.socket) -> int | None:
+    """Forward signals to the command and wait for its end (or the server's no)."""
+    import _signal
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            sock.send(b"signal %d" % signum)
+        except OSError:
+            pass  # the server is gone: the end of the command says so below
+
+    previous = {}
+    for signum in FORWARDED:
+        if _signal.getsignal(signum) is not _signal.SIG_IGN:  # ignored stays ignored (the server compared)
+            previous[signum] = _signal.signal(signum, forward)
+    try:
+        reply = sock.recv(4096)
+    finally:
+        for signum, handler in previous.items():
+            _signal.signal(signum, handler)
+    word, _, rest = reply.partition(b" ")
+    if word == b"refused":
+        return None
+    if word == b"exit":
+        return int(rest)
+    if word == b"signal":
+        signum = int(rest)
+        _signal.signal(signum, _signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # ended as the command did
+        return 128 + signum
+    os.write(2, b"ccm-guard: error: the warm server went away before the command finished; see "
+                b"`ccm-guard server status`, or set CCM_GUARD_NO_SERVER=1 to run commands without it\n")
+    return KILLED

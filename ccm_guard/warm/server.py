@@ -1,0 +1,430 @@
+"""The warm server: one process that has imported ccm-guard, forking a child per command
+that becomes the client's process (its streams, working directory, umask, environment,
+arguments and import path) and runs the command line's entry as the command would have.
+
+What a child cannot take from its client, the client must already share with the server,
+or the command is declined and runs in the client as ever: the user, capabilities, the
+confinement (`NoNewPrivs`, seccomp), ignored and blocked signals, resource limits, cgroup,
+namespaces, CPU and memory placement, nice value and OOM score, read from /proc through
+the peer's pidfd; the interpreter, its version, flags and every entry of its import path
+past the first; the variables the interpreter's start reads (PYTHON*, LC_*, LANG) and the
+state home. No terminal: the client keeps those commands (client.py).
+
+The server runs nothing but imports before it forks, and is single-threaded (a thread
+holding a lock at a fork would leave the child stuck on it). A child dies with the
+server (`PR_SET_PDEATHSIG`), and is killed when its client goes away without the
+command's end (SIGKILL: what killing the command itself does). Where the kernel has no
+Landlock ABI 6 the server does not start: before ABI 6 a sandboxed agent could connect
+to it and have commands run outside its sandbox (the sandbox scopes abstract sockets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, TextIO
+
+from ccm_guard.warm.client import FORWARDED, KILLED, MAX_REQUEST, PACKAGE, SO_PEERPIDFD, socket_name
+
+# Lines of /proc/<pid>/status a client must share with the server.
+_STATUS = (b"Uid", b"Gid", b"Groups", b"NoNewPrivs", b"Seccomp", b"SigBlk", b"SigIgn", b"CapInh", b"CapPrm",
+           b"CapEff", b"CapBnd", b"CapAmb", b"Cpus_allowed_list", b"Mems_allowed_list")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
+# Variables the interpreter's start reads (the streams' encoding, the import path), and
+# the state home the socket's name is made of.
+_START_VARIABLES = (b"PYTHON", b"LC_", b"LANG", b"CCM_GUARD_HOME")
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerError(Exception):
+    """The server cannot start (the name is taken, a stream is missing)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a process shares with a served command's child: all of it must be equal."""
+
+    pid: int
+    status: tuple[bytes, ...]
+    limits: bytes
+    cgroup: bytes
+    namespaces: tuple[str, ...]
+    nice_oom: tuple[bytes, bytes]
+    tty: bytes  # its controlling terminal (0: none)
+    umask: int  # taken by the child, not compared
+
+    def differs(self, other: Profile) -> str | None:
+        """What of `other` differs, or None."""
+        for key, mine, theirs in zip(_STATUS, self.status, other.status):
+            if mine != theirs:
+                return f"its {key.decode()} differs from the server's"
+        for name in ("limits", "cgroup", "namespaces", "nice_oom"):
+            if getattr(self, name) != getattr(other, name):
+                return f"its {name.replace('_', ' or ')} differ from the server's"
+        return "it has a controlling terminal" if other.tty != b"0" else None
+
+
+def read_profile(pid: int) -> Profile:
+    proc = f"/proc/{pid}"
+    lines = dict(line.split(b":", 1) for line in _read(f"{proc}/status").splitlines() if b":" in line)
+    stat = _read(f"{proc}/stat").rsplit(b")", 1)[1].split()
+    return Profile(pid=pid, status=tuple(lines.get(key, b"").strip() for key in _STATUS), limits=_read(f"{proc}/limits"),
+                   cgroup=_read(f"{proc}/cgroup"),
+                   namespaces=tuple(os.readlink(f"{proc}/ns/{ns}") for ns in _NAMESPACES),
+                   nice_oom=(stat[16], _read(f"{proc}/oom_score_adj")), tty=stat[4],
+                   umask=int(lines.get(b"Umask", b"0022").strip(), 8))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def install_fingerprint() -> tuple[tuple[str, int, int], ...]:
+    """Every file of the installed package (modules, and the hook template and shim some
+    read at import), by name, size and mtime: a server must not go on serving code that
+    was replaced under it. A source checkout keeps hooks/ and shims/ beside the package."""
+    found, todo = [], [PACKAGE, *(os.path.join(os.path.dirname(PACKAGE), d) for d in ("hooks", "shims"))]
+    while todo:
+        try:
+            listing = list(os.scandir(todo.pop()))
+        except FileNotFoundError:
+            continue
+        for entry in listing:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    todo.append(entry.path)
+            else:
+                st = entry.stat(follow_symlinks=False)
+                found.append((entry.path, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
+
+
+@dataclass
+class Request:
+    """A command to run, as the client sent it."""
+
+    interpreter: tuple[bytes, bytes, bytes]  # executable, version, flags
+    argv: list[bytes]
+    env: dict[bytes, bytes]
+    path: list[bytes]
+
+    @classmethod
+    def parse(cls, fields: list[bytes]) -> Request:
+        """ValueError when malformed."""
+        interpreter, rest = (fields[1], fields[2], fields[3]), fields[4:]
+        argv, rest = _counted(rest)
+        env_items, rest = _counted(rest)
+        path, rest = _counted(rest)
+        if rest:
+            raise ValueError("trailing fields")
+        env = dict(item.partition(b"=")[::2] for item in env_items)
+        return cls(interpreter=interpreter, argv=argv, env=env, path=path)
+
+
+def _counted(fields: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    count = int(fields[0])
+    if count < 0 or count > len(fields) - 1:
+        raise ValueError("a count past the end")
+    return fields[1:1 + count], fields[1 + count:]
+
+
+def _start_variables(env: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    return {k: v for k, v in env.items() if k.startswith(_START_VARIABLES)}
+
+
+@dataclass
+class Served:
+    """A command's child and the client waiting for its end."""
+
+    pid: int
+    pidfd: int
+    conn: socket.socket | None
+    client: int  # the client's pid, for the log
+
+
+@dataclass
+class Server:
+    run: Callable[[], None]  # the command line's entry; it leaves the process itself
+    idle: float  # seconds without a command before the server leaves
+    log: TextIO
+    listener: socket.socket
+    profile: Profile = field(init=False)
+    fingerprint: tuple[tuple[str, int, int], ...] = field(init=False)
+    interpreter: tuple[bytes, bytes, bytes] = field(init=False)
+    variables: dict[bytes, bytes] = field(init=False)
+    children: dict[int, Served] = field(default_factory=dict)  # by pidfd
+    waiting: dict[int, Served] = field(default_factory=dict)  # by the client's fd
+    started: float = field(default_factory=time.time)
+    last: float = field(default_factory=time.monotonic)
+    served: int = 0
+    stopping: bool = False
+    poller: select.poll = field(init=False)
+    pipe: tuple[int, int] = field(init=False)  # the signals' wake-up pipe
+
+    def __post_init__(self) -> None:
+        from ccm_guard.warm.client import request_fields
+
+        mine = request_fields()
+        self.interpreter = (mine[1], mine[2], mine[3])
+        self.variables = _start_variables(dict(os.environb))
+        self.profile = read_profile(os.getpid())
+        self.fingerprint = install_fingerprint()
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda *_: None)  # the wake-up pipe says it; the loop stops
+        self.pipe = (wake_r, wake_w)
+        self.poller = select.poll()
+        self.poller.register(self.listener, select.POLLIN)
+        self.poller.register(wake_r, select.POLLIN)
+        while self.children or not self.stopping:
+            timeout = None if self.children or self.stopping else max(0.0, self.last + self.idle - time.monotonic())
+            events = self.poller.poll(None if timeout is None else timeout * 1000)
+            if not events and not self.children and time.monotonic() >= self.last + self.idle:
+                self.say("idle: leaving")
+                self.stop()
+            for fd, mask in events:
+                if fd == wake_r:
+                    with contextlib.suppress(OSError):
+                        os.read(wake_r, 512)
+                    self.say("signalled: leaving once the running commands end")
+                    self.stop()
+                elif self.listener is not None and fd == self.listener.fileno():
+                    self.accept()
+                elif fd in self.children:
+                    self.ended(self.children[fd])
+                elif fd in self.waiting:
+                    self.from_client(self.waiting[fd], mask)
+
+    def stop(self) -> None:
+        """No new commands (the name goes at once: clients run their commands themselves);
+        the running ones are seen to their end."""
+        if not self.stopping:
+            self.stopping = True
+            self.poller.unregister(self.listener)
+            self.listener.close()
+
+    def say(self, text: str) -> None:
+        self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n")
+        self.log.flush()
+
+    # --- a client ---------------------------------------------------------------------------
+
+    def accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        fds: list[int] = []
+        try:
+            conn.settimeout(5)  # a client sends at once; a stalled one must not hold the server
+            fields, fds, client = self.receive(conn)
+            reply = self.answer(conn, fields, fds, client)
+        except (OSError, ValueError, IndexError) as exc:
+            reply = f"refused {exc}"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if reply is not None:
+            if reply.startswith("refused"):
+                self.say(reply)
+            with contextlib.suppress(OSError):
+                conn.send(reply.encode())
+            conn.close()
+
+    def receive(self, conn: socket.socket) -> tuple[list[bytes], list[int], Profile]:
+        """The request's fields and fds, from a client that is this user's, and its
+        profile (OSError/ValueError otherwise, with the fds closed)."""
+        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+            raise ValueError("another user")
+        pidfd = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+        try:
+            client = read_profile(int.from_bytes(cred[0:4], sys.byteorder))
+            signal.pidfd_send_signal(pidfd, 0)  # the profile read was the peer's, not a successor's
+        finally:
+            os.close(pidfd)
+        data, fds, flags, _ = socket.recv_fds(conn, MAX_REQUEST + 1, 4)
+        if flags & socket.MSG_CTRUNC or len(data) > MAX_REQUEST:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError("a request too large")
+        return data.split(b"\0"), fds, client
+
+    def answer(self, conn: socket.socket, fields: list[bytes], fds: list[int], client: Profile) -> str | None:
+        """The reply to send now, or None when a child was started (it replies at its end).
+        `status` and `stop` are answered to any process of the user (from a terminal too);
+        a command runs only for a client that shares the server's profile."""
+        self.last = time.monotonic()
+        if fields[0] == b"status":
+            return json.dumps({"pid": os.getpid(), "started": self.started, "served": self.served,
+                               "commands_running": len(self.children), "idle_seconds": self.idle,
+                               "package": PACKAGE, "python": sys.executable})
+        if fields[0] == b"stop":
+            self.say("asked to stop")
+            self.stop()
+            return "stopping"
+        if fields[0] != b"run":
+            raise ValueError("an unknown request")
+        why = self.profile.differs(client)
+        if why is not None:
+            raise ValueError(why)
+        request = Request.parse(fields)
+        if len(fds) != 4:
+            raise ValueError("not the four descriptors (stdin, stdout, stderr, working directory)")
+        if request.interpreter != self.interpreter or request.path[1:] != [os.fsencode(p) for p in sys.path[1:]]:
+            raise ValueError("another interpreter, or another import path")
+        if _start_variables(request.env) != self.variables:
+            raise ValueError("the interpreter's or the state home's variables differ")
+        if install_fingerprint() != self.fingerprint:
+            self.say("the installed package changed: leaving")
+            self.stop()
+            raise ValueError("the installed package changed since the server started")
+        self.fork(conn, request, fds, client)
+        return None
+
+    def fork(self, conn: socket.socket, request: Request, fds: list[int], client: Profile) -> None:
+        for stream in (sys.stdout, sys.stderr, self.log):
+            stream.flush()  # nothing of the server's may reach the child's streams
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            self.become(parent, conn, request, fds, client.umask)  # never returns
+        self.served += 1
+        served = Served(pid=pid, pidfd=os.pidfd_open(pid), conn=conn, client=client.pid)
+        self.children[served.pidfd] = served
+        self.waiting[conn.fileno()] = served
+        conn.setblocking(False)
+        self.poller.register(served.pidfd, select.POLLIN)
+        self.poller.register(conn, select.POLLIN)
+
+    def from_client(self, served: Served, mask: int) -> None:
+        """A signal to forward, or the client gone: then the command goes as it would have."""
+        assert served.conn is not None
+        try:
+            message = served.conn.recv(64) if mask & select.POLLIN else b""
+        except BlockingIOError:
+            return
+        except OSError:
+            message = b""
+        word, _, number = message.partition(b" ")
+        if word == b"signal" and number.isdigit() and int(number) in FORWARDED:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(served.pidfd, int(number))
+        elif not message:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(served.pidfd, signal.SIGKILL)
+            self.forget_client(served)
+
+    def forget_client(self, served: Served) -> None:
+        if served.conn is not None:
+            self.waiting.pop(served.conn.fileno(), None)
+            self.poller.unregister(served.conn)
+            served.conn.close()
+            served.conn = None
+
+    def ended(self, served: Served) -> None:
+        _, status = os.waitpid(served.pid, 0)
+        self.poller.unregister(served.pidfd)
+        os.close(served.pidfd)
+        del self.children[served.pidfd]
+        self.last = time.monotonic()
+        reply = b"signal %d" % os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
+            b"exit %d" % os.waitstatus_to_exitcode(status)
+        self.say(f"command {served.pid} for client {served.client}: {reply.decode()}"
+                 + ("" if served.conn else " (the client went away)"))
+        if served.conn is not None:
+            with contextlib.suppress(OSError):
+                served.conn.setblocking(True)
+                served.conn.send(reply)
+            self.forget_client(served)
+
+    # --- the child ----------------------------------------------------------------------------
+
+    def become(self, parent: int, conn: socket.socket, request: Request, fds: list[int], umask: int) -> None:
+        """In the child: drop the server's descriptors and handlers, take the client's
+        process state, and run the command. Leaves the process; never returns."""
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(KILLED)  # the server died before the line above
+            conn.close()
+            for served in self.children.values():
+                os.close(served.pidfd)
+                if served.conn is not None:
+                    served.conn.close()
+            self.listener.close()
+            signal.set_wakeup_fd(-1)
+            for fd in self.pipe:
+                os.close(fd)
+            if self.log not in (sys.stdout, sys.stderr):
+                self.log.close()
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for target, fd in enumerate(fds[:3]):
+                os.dup2(fd, target)
+            os.fchdir(fds[3])
+            for fd in fds:
+                os.close(fd)
+            os.umask(umask)
+            os.environb.clear()
+            os.environb.update(request.env)
+            sys.argv = [os.fsdecode(a) for a in request.argv]
+            sys.path[:] = [os.fsdecode(p) for p in request.path]
+        except BaseException:  # noqa: BLE001 - nothing of the command has run: say so, and leave
+            with contextlib.suppress(OSError):
+                os.write(2, f"ccm-guard: error: the warm server could not start the command: "
+                            f"{traceback.format_exc(limit=1)}".encode())
+            os._exit(KILLED)
+        code: object = 0
+        try:
+            self.run()
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, then 1
+            traceback.print_exc()
+            code = 1
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code or 0)
+
+
+def serve(*, run: Callable[[], None], preload: Iterable[str], idle: float, log: TextIO) -> None:
+    """Bind the name, import what commands need, and serve until idle or stopped.
+    ServerError when the name is taken (a server runs) or a standard stream is missing."""
+    if sys.stdin is None or sys.stdout is None or sys.stderr is None:
+        raise ServerError("a standard stream is closed: the children would have none")
+    for name in preload:  # first: a client that comes meanwhile finds no name, and runs its command itself
+        with contextlib.suppress(ImportError):  # optional ones (re2)
+            importlib.import_module(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    try:
+        listener.bind(socket_name())
+    except OSError as exc:
+        listener.close()
+        raise ServerError(f"a warm server already runs for this installation and state home ({exc.strerror})")
+    listener.listen(64)
+    server = Server(run=run, idle=idle, log=log, listener=listener)
+    server.say(f"serving {PACKAGE} with {sys.executable}")
+    server.loop()
+    server.say(f"left after {server.served} command(s)")

@@ -1,0 +1,237 @@
+"""The warm server (ccm_guard.warm), for real: a detached server started by `server start`
+in the test's own state home (the socket's name is made of it, so no other test's
+commands reach it), clients that are real `python -m ccm_guard` processes in a session
+of their own (no controlling terminal, as an orchestrator's), and the server's log,
+which names the client of every command it ran: that is how a test tells a served
+command from one run in the client.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from conftest import ROOT, alive, ccm, git, write_agent
+
+from ccm_guard.prevent import sandbox
+from ccm_guard.warm.client import socket_name
+
+pytestmark = pytest.mark.skipif(sandbox.abi() < 6, reason="the warm server needs Landlock ABI 6 (this kernel: "
+                                                          f"{sandbox.describe()})")
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 15) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    started = ccm("server", "start", "--idle", "120", "--json", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    state = json.loads(started.stdout)
+    assert state["running"] is True and state["started_now"] is True
+    yield state
+    ccm("server", "stop", cwd=tmp_path)
+    if not wait_for(lambda: not alive(state["pid"]), 10):
+        os.kill(state["pid"], signal.SIGKILL)
+        pytest.fail("the server did not leave when stopped")
+
+
+def log_of(tmp_path: Path) -> str:
+    return (tmp_path / "state" / "server.log").read_text()
+
+
+def served(tmp_path: Path, client: int) -> bool:
+    return f" for client {client}: " in log_of(tmp_path)
+
+
+def client(*args: str, cwd: Path, env: dict[str, str] | None = None,
+           preexec: Callable[[], None] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "ccm_guard", *args], cwd=cwd, text=True, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **(env or {})}, preexec_fn=preexec)
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+COMMITTING = 'echo work > work.txt\ngit add work.txt\ngit commit -qm "agent work"\n'
+
+
+def test_a_served_exec_is_the_run_it_would_have_been(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    agent = write_agent(tmp_path, COMMITTING + 'echo "umask $(umask)" >&2\n')
+    outcomes = []
+    for mode, env in (("served", {}), ("here", {"CCM_GUARD_NO_SERVER": "1"})):
+        proc = client("exec", "--json", "--task", mode, "--", str(agent), cwd=repo, env=env,
+                      preexec=lambda: os.umask(0o027))
+        code, out, err = finish(proc)
+        assert served(tmp_path, proc.pid) is (mode == "served"), log_of(tmp_path)
+        verdict = json.loads(out)
+        outcomes.append((code, verdict["passed"], [(g["name"], g["status"]) for g in verdict["gates"]],
+                         verdict["sandbox"], "umask 0027" in err))
+        assert git(repo, "log", "-1", "--format=%s", f"ccm/{mode}") == "agent work"
+    assert outcomes[0] == outcomes[1] and outcomes[0][:2] == (0, True) and outcomes[0][4]
+
+
+def test_a_usage_error_reads_the_same_through_the_server(repo: Path, tmp_path: Path,
+                                                         server: dict[str, Any]) -> None:
+    ran = [client("exec", "--bogus", cwd=repo, env=env) for env in ({}, {"CCM_GUARD_NO_SERVER": "1"})]
+    (code, out, err), (code_here, out_here, err_here) = finish(ran[0]), finish(ran[1])
+    assert served(tmp_path, ran[0].pid) and not served(tmp_path, ran[1].pid)
+    assert (code, out, err) == (code_here, out_here, err_here) == (2, "", err_here)
+    assert err.startswith("ccm-guard: error: No such option '--bogus'") and err.count("\n") == 1
+
+
+def _no_new_privs() -> None:
+    ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: as any sandbox sets it
+
+
+def _fewer_files() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 512), hard))
+
+
+DECLINED = {
+    "confined (no_new_privs)": ({}, _no_new_privs, "NoNewPrivs"),
+    "other resource limits": ({}, _fewer_files, "limits"),
+    "SIGHUP ignored (nohup)": ({}, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN) and None, "SigIgn"),
+    "another locale for the streams": ({"PYTHONIOENCODING": "latin-1"}, None, "variables differ"),
+    "another state home": ({"CCM_GUARD_HOME": "<other>"}, None, None),
+}
+
+
+@pytest.mark.parametrize("case", DECLINED)
+def test_a_client_the_server_cannot_become_runs_its_command_itself(repo: Path, tmp_path: Path, case: str,
+                                                                    server: dict[str, Any]) -> None:
+    env, preexec, reason = DECLINED[case]
+    env = {k: str(tmp_path / "other-home") if v == "<other>" else v for k, v in env.items()}
+    proc = client("task", "list", "--json", cwd=repo, env=env, preexec=preexec)
+    code, out, err = finish(proc)
+    assert code == 0 and json.loads(out)["tasks"] == [], err
+    assert not served(tmp_path, proc.pid)
+    if reason is not None:  # another home is another server's name: this one never heard of it
+        assert f"refused its {reason}" in log_of(tmp_path) or f"refused the interpreter's or the state home's {reason}" \
+            in log_of(tmp_path), log_of(tmp_path)
+
+
+def test_a_client_on_a_terminal_keeps_its_command(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    leader, follower = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "task", "list"], cwd=repo, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=subprocess.PIPE, start_new_session=True)
+    os.close(follower)
+    proc.wait(timeout=60)
+    os.close(leader)
+    assert proc.returncode == 0 and not served(tmp_path, proc.pid)
+
+
+def _sleeping(repo: Path, tmp_path: Path, task: str) -> tuple[subprocess.Popen[str], int]:
+    """A served `exec -- sleep` and the agent's pid, once it runs."""
+    pidfile = tmp_path / f"{task}.pid"
+    agent = write_agent(tmp_path, f'echo $$ > "{pidfile}"\nexec sleep 60\n', name=f"{task}.sh")
+    proc = client("exec", "--json", "--sandbox", "none", "--task", task, "--", str(agent), cwd=repo)
+    assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != ""), proc.stderr
+    return proc, int(pidfile.read_text())
+
+
+def test_a_signal_to_the_client_reaches_the_command(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    proc, agent = _sleeping(repo, tmp_path, "term")
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc)
+    assert served(tmp_path, proc.pid) and code == 130, err  # as the command itself answers SIGTERM
+    assert json.loads(out)["task"] == "term" and not alive(agent, "sleep")
+
+
+def test_a_killed_client_takes_its_command_with_it(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    proc, agent = _sleeping(repo, tmp_path, "killed")
+    proc.kill()
+    proc.wait()
+    assert wait_for(lambda: not alive(agent, "sleep")), "the agent outlived its killed command"
+    assert wait_for(lambda: f"for client {proc.pid}: signal 9 (the client went away)" in log_of(tmp_path))
+    shown = ccm("task", "show", "killed", cwd=repo)
+    assert shown.returncode == 0 and "ACTIVE" in shown.stdout  # as after killing the command itself: gc repairs it
+
+
+def test_a_killed_server_ends_its_commands_and_says_so(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    proc, agent = _sleeping(repo, tmp_path, "orphan")
+    os.kill(server["pid"], signal.SIGKILL)
+    code, _, err = finish(proc)
+    assert code == 137 and err.startswith("ccm-guard: error: the warm server went away") and err.count("\n") == 1
+    assert wait_for(lambda: not alive(agent, "sleep")), "the agent outlived its server"
+
+
+def test_start_status_stop_and_idle(tmp_path: Path) -> None:
+    first = json.loads(ccm("server", "start", "--idle", "1.5", "--json", cwd=tmp_path).stdout)
+    again = json.loads(ccm("server", "start", "--json", cwd=tmp_path).stdout)
+    assert again["pid"] == first["pid"] and "started_now" not in again
+    shown = ccm("server", "status", cwd=tmp_path).stdout
+    assert shown.startswith(f"warm server {first['pid']}: up ")
+    assert wait_for(lambda: not alive(first["pid"]), 10), "an idle server stays"
+    assert "idle: leaving" in log_of(tmp_path)
+    assert json.loads(ccm("server", "status", "--json", cwd=tmp_path).stdout)["running"] is False
+    second = json.loads(ccm("server", "start", "--json", cwd=tmp_path).stdout)
+    stopped = ccm("server", "stop", cwd=tmp_path)
+    assert stopped.stdout == f"warm server {second['pid']} stopped\n"
+    assert wait_for(lambda: not alive(second["pid"]), 10)
+    assert ccm("server", "stop", cwd=tmp_path).stdout.startswith("no warm server runs")
+
+
+def test_the_server_does_not_start_confined(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ccm_guard", "server", "start"], cwd=tmp_path, capture_output=True,
+                          text=True, preexec_fn=_no_new_privs, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "confined (no_new_privs: a sandbox): start the server outside it" in proc.stderr
+    assert not (tmp_path / "state" / "server.log").exists()
+
+
+def test_a_replaced_installation_is_not_served(tmp_path: Path, repo: Path) -> None:
+    copy = tmp_path / "site"
+    for part in ("ccm_guard", "hooks", "shims"):  # a source checkout's layout
+        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PYTHONPATH": str(copy)}
+    state = json.loads(ccm("server", "start", "--json", cwd=tmp_path, env=env).stdout)
+    try:
+        proc = client("task", "list", cwd=repo, env=env)
+        assert finish(proc)[0] == 0 and served(tmp_path, proc.pid)
+        module = copy / "ccm_guard" / "text.py"
+        module.write_text(module.read_text() + "\n# upgraded\n")
+        proc = client("task", "list", cwd=repo, env=env)
+        assert finish(proc)[0] == 0 and not served(tmp_path, proc.pid)
+        assert "the installed package changed" in log_of(tmp_path)
+        assert wait_for(lambda: not alive(state["pid"]), 10), "a server of replaced code stays"
+    finally:
+        if alive(state["pid"]):
+            os.kill(state["pid"], signal.SIGKILL)
+
+
+def test_a_malformed_request_is_refused_and_the_server_goes_on(repo: Path, tmp_path: Path,
+                                                               server: dict[str, Any]) -> None:
+    for request in (b"run\0only\0three", b"run\0a\0b\0c\x009\0x", b"\xff" * 100, b"status" * 40000):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+            sock.connect(socket_name())
+            sock.settimeout(10)
+            try:
+                sock.send(request)
+                reply = sock.recv(4096)
+            except OSError:  # too large for one datagram: refused by the kernel already
+                continue
+            assert reply.startswith(b"refused ")
+    proc = client("task", "list", cwd=repo)
+    assert finish(proc)[0] == 0 and served(tmp_path, proc.pid)
