@@ -23,7 +23,7 @@ RANK = {
     "pool": 4, "policy": 4,
     "state": 3,
     "git": 2, "pathrules": 2,
-    "agent": 1,
+    "agent": 1, "warm": 1,
 }
 LEAVES = {"errors", "text", "failpoints", "clone", "files", "later", "progress", "digest"}  # anyone may use them; they use only each other
 ENTRY_POINTS = {"__main__", "hookrun"}  # thin doors from outside: `python -m`, installed hooks

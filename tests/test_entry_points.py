@@ -56,7 +56,7 @@ def test_the_exit_code_table_lists_every_code() -> None:
 
 def test_the_installed_command_is_run() -> None:
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'ccm-guard = "ccm_guard.cli:run"' in text
+    assert 'ccm-guard = "ccm_guard.__main__:main"' in text
     assert "from ccm_guard.cli import run" in (ROOT / "ccm_guard" / "__main__.py").read_text()
 
 
@@ -118,3 +118,26 @@ def test_starting_a_command_sets_off_no_collection() -> None:
     passes, threshold, enabled = proc.stdout.split()
     assert int(passes) <= 1
     assert enabled == "True" and int(threshold) == 100_000  # raised, not switched off
+
+
+_CLIENT_IMPORTS = """
+import sys
+before = set(sys.modules)
+from ccm_guard.__main__ import main
+from ccm_guard.warm.client import through_server
+print(through_server())
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_command_asks_for_a_warm_server_with_built_in_modules_only(tmp_path: Path) -> None:
+    """The installed command's first step, with no server: it must not load click or any
+    of the standard library's Python modules, which is what the server saves."""
+    proc = subprocess.run([sys.executable, "-c", _CLIENT_IMPORTS], cwd=tmp_path, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, start_new_session=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    answer, loaded = proc.stdout.splitlines()
+    assert answer == "None", proc.stderr  # no server for this state home: the command runs here
+    assert set(loaded.split()) - {"ccm_guard", "ccm_guard.__main__", "ccm_guard.warm", "ccm_guard.warm.client"} \
+        <= {"_socket", "_sha256", "_signal"}, loaded
+    assert "_socket" in loaded.split()  # it did look: no terminal, and nothing set it off

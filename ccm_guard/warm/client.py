@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
+import _signal  # type: ignore[import-not-found]  # loaded at every start; signal.py would import enum
+
 TYPE_CHECKING = False  # typing's own costs a few milliseconds; mypy reads this name the same
 if TYPE_CHECKING:
     import _socket
@@ -59,8 +61,6 @@ def request_fields() -> list[bytes]:
 def unconfined_peer(sock: _socket.socket) -> bool:
     """The server is this user's and not in a sandbox; read through its pidfd, so that a
     process that died and left its pid to another cannot pass for it."""
-    import _signal
-
     cred = sock.getsockopt(1, SO_PEERCRED, 12)  # SOL_SOCKET
     if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
         return False
@@ -118,8 +118,6 @@ def through_server() -> int | None:
 
 def _wait(sock: _socket.socket) -> int | None:
     """Forward signals to the command and wait for its end (or the server's no)."""
-    import _signal
-
     def forward(signum: int, _frame: object) -> None:
         try:
             sock.send(b"signal %d" % signum)

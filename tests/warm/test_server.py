@@ -62,7 +62,7 @@ def served(tmp_path: Path, client: int) -> bool:
 
 
 def client(*args: str, cwd: Path, env: dict[str, str] | None = None,
-           preexec: Callable[[], None] | None = None) -> subprocess.Popen[str]:
+           preexec: Callable[[], object] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "ccm_guard", *args], cwd=cwd, text=True, start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, **(env or {})}, preexec_fn=preexec)
