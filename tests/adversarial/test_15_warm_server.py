@@ -1,0 +1,138 @@
+"""Class 15: the warm server (`ccm-guard server start`) as a way out of the sandbox.
+
+A server runs commands unconfined for any client it accepts, so it is a door out of the
+sandbox if a sandboxed agent can reach it, and a trap for the person's commands if an
+agent can stand in for it. Both are tried for real under the default sandbox: the agent
+sends a request that the server runs when it comes from outside (shown first, as the
+control), and an agent that takes the server's name before any server runs waits for
+the person's next command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from adv import needs_landlock
+from conftest import alive, ccm, run_exec, spawn_exec, write_agent
+
+from ccm_guard.prevent import sandbox
+from ccm_guard.warm.client import socket_name
+
+pytestmark = [needs_landlock, pytest.mark.skipif(sandbox.abi() < 6, reason="the warm server needs Landlock ABI 6")]
+
+# Sends the request in $1 (made by REQUEST below) to the name in $2 with this process's
+# streams and directory, and prints what happened.
+SENDER = """
+import array, socket, sys
+request, name = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    sock.connect(name)
+except OSError as exc:
+    print("connect refused: errno", exc.errno, file=sys.stderr)
+    sys.exit(0)
+fds = array.array("i", [0, 1, 2, __import__("os").open(".", __import__("os").O_RDONLY)])
+sock.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
+print("reply:", sock.recv(4096).decode(), file=sys.stderr)
+"""
+
+# A request exactly as the installed command makes it, for `exec --sandbox none` of a
+# command that writes the file in argv[1]: what a real client of this interpreter sends.
+REQUEST = """
+import sys
+target, out = sys.argv[1], sys.argv[2]
+sys.argv = ["ccm-guard", "exec", "--sandbox", "none", "--no-require-commit", "--cleanup",
+            "--", "sh", "-c", f"echo escaped > {target}"]
+from ccm_guard.warm.client import request_fields
+open(out, "wb").write(b"\\0".join(request_fields()))
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[int]:
+    started = ccm("server", "start", "--json", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    pid = int(json.loads(started.stdout)["pid"])
+    yield pid
+    ccm("server", "stop", cwd=tmp_path)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _request(tmp_path: Path, repo: Path, target: Path, name: str) -> Path:
+    out = tmp_path / f"{name}.request"
+    subprocess.run([sys.executable, "-c", REQUEST, str(target), str(out)], cwd=repo, check=True, timeout=60,
+                   env={**os.environ, "CCM_GUARD_NO_SERVER": "1"})
+    return out
+
+
+def test_a_sandboxed_agent_cannot_have_the_warm_server_run_a_command(repo: Path, tmp_path: Path,
+                                                                     server: int) -> None:
+    names = tmp_path / "server.name"
+    names.write_bytes(socket_name())
+    sender = tmp_path / "sender.py"
+    sender.write_text(SENDER)
+    # The control: the same kind of request from an unconfined process of the person's is run.
+    control = tmp_path / "control.txt"
+    sent = subprocess.run([sys.executable, str(sender), str(_request(tmp_path, repo, control, "control")),
+                           str(names)], cwd=repo, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    assert "reply: exit 0" in sent.stderr and control.read_text() == "escaped\n", sent.stderr
+    # The attack: the agent, under the default sandbox, sends it to write outside.
+    outside = tmp_path / "outside.txt"
+    request = _request(tmp_path, repo, outside, "attack")
+    agent = write_agent(tmp_path, f'python3 "{sender}" "{request}" "{names}"')
+    res = run_exec(repo, agent, "--no-require-commit")
+    assert not outside.exists()
+    assert "connect refused: errno 1" in res.stderr, res.stderr  # EPERM: Landlock's abstract-socket scope
+    assert res.code == 0 and res.verdict["sandbox"].startswith("landlock")
+
+
+SQUATTER = """
+import os, socket, sys, time
+name, record = open(sys.argv[1], "rb").read(), sys.argv[2]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.bind(name)
+sock.listen(1)
+open(record, "w").write("bound\\n")
+sock.settimeout(30)
+conn, _ = sock.accept()
+conn.settimeout(10)
+data, fds, _, _ = socket.recv_fds(conn, 300000, 8)
+open(record, "a").write(f"received {len(data)} bytes and {len(fds)} descriptors\\n")
+"""
+
+
+def test_an_agent_that_takes_the_servers_name_gets_none_of_the_persons_commands(repo: Path, tmp_path: Path) -> None:
+    names = tmp_path / "server.name"
+    names.write_bytes(socket_name())
+    squatter = tmp_path / "squatter.py"
+    squatter.write_text(SQUATTER)
+    agent = write_agent(tmp_path, f'python3 "{squatter}" "{names}" "$PWD/record.txt"\n'
+                                  'git add record.txt && git commit -qm "what the squatter got"')
+    run = spawn_exec(repo, "--json", "--no-require-commit", "--task", "squat", "--", str(agent))
+    record = tmp_path / "state" / "worktrees"
+    deadline = time.monotonic() + 30
+    while not list(record.glob("*/squat/record.txt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found = list(record.glob("*/squat/record.txt"))
+    assert found, run.communicate(timeout=60)
+    # The person's next command, as an orchestrator runs it: it runs, and runs here.
+    person = subprocess.run([sys.executable, "-m", "ccm_guard", "task", "list", "--json"], cwd=repo,
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    out, err = run.communicate(timeout=60)
+    assert person.returncode == 0 and [t["id"] for t in json.loads(person.stdout)["tasks"]] == ["squat"]
+    assert found[0].read_text() == "bound\nreceived 0 bytes and 0 descriptors\n"
+    assert json.loads(out)["passed"] is True, err
