@@ -141,3 +141,13 @@ def test_the_command_asks_for_a_warm_server_with_built_in_modules_only(tmp_path:
     assert set(loaded.split()) - {"ccm_guard", "ccm_guard.__main__", "ccm_guard.warm", "ccm_guard.warm.client"} \
         <= {"_socket", "_sha256", "_signal"}, loaded
     assert "_socket" in loaded.split()  # it did look: no terminal, and nothing set it off
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """pyproject lists the packages by name: one left out installs a command that cannot
+    import itself (the source checkout's tests would never notice)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "ccm_guard").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
