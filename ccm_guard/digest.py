@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from typing import Any, Callable
 
 # Past this OpenSSL's speed pays for loading it (about 2.5 ms; the interpreter's SHA-256
 # does ~350 MB/s here, OpenSSL's ~2 GB/s): a 1k-file repository's index (~100 KB, hashed
 # by both snapshots) stays in the interpreter.
 SMALL = 1 << 19
+TINY = 1 << 12  # below a page, the interpreter's own is as quick as OpenSSL's even when loaded
 
 
 @functools.lru_cache(maxsize=None)  # asked once per name: a snapshot hashes thousands of refs
@@ -30,8 +32,10 @@ def _builtin(name: str) -> Callable[..., Any] | None:
 
 
 def hasher(name: str, size: int) -> Any:
-    """A fresh hash object, "sha1" or "sha256", for about `size` bytes."""
-    constructor = _builtin(name) if size <= SMALL else None
+    """A fresh hash object, "sha1" or "sha256", for about `size` bytes: OpenSSL's past
+    SMALL, or past a page once it is loaded anyway (a warm server loads it once for all)."""
+    loaded = "hashlib" in sys.modules
+    constructor = _builtin(name) if size <= (TINY if loaded else SMALL) else None
     if constructor is None:
         import hashlib
 

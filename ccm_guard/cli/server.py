@@ -115,7 +115,7 @@ def run_server(idle: float, log_path: Path) -> None:
             # package (the command line's modules load by name) and the optional libraries.
             names = [m.name for m in pkgutil.walk_packages(ccm_guard.__path__, "ccm_guard.")
                      if m.name != "ccm_guard.__main__"]
-            serve(run=run, preload=[*names, "pathspec", "re2", "sqlite3"], idle=idle, log=log)
+            serve(run=run, preload=[*names, "pathspec", "re2", "sqlite3", "hashlib"], idle=idle, log=log)
         except ServerError as exc:
             log.write(f"not started: {exc}\n")
             raise UsageError(str(exc)) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -721,10 +722,14 @@ def test_plain_config_is_read_without_git_exactly_as_git_reads_it(tmp_path: Path
 
 @pytest.mark.parametrize("name", ["sha1", "sha256"])
 def test_digests_taken_without_openssl_are_hashlibs(name: str) -> None:
-    """Small inputs go to the interpreter's own SHA code, large ones to OpenSSL: the same digests."""
+    """Small inputs go to the interpreter's own SHA code, large ones to OpenSSL (and those past
+    a page once OpenSSL is loaded, as it is here): the same digests."""
     from ccm_guard import digest
 
-    for size in (0, 300, digest.SMALL, digest.SMALL + 1):
+    assert "hashlib" in sys.modules
+    assert type(digest.hasher(name, digest.TINY + 1)) is type(hashlib.new(name))
+    assert type(digest.hasher(name, digest.TINY)) is not type(hashlib.new(name))
+    for size in (0, 300, digest.TINY, digest.TINY + 1, digest.SMALL, digest.SMALL + 1):
         data = os.urandom(size)
         h = digest.hasher(name, size)
         h.update(data)
