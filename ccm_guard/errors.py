@@ -36,6 +36,8 @@ class ExitCode(enum.IntEnum):
     NOT_EXECUTABLE = 126, "the agent command is not executable"
     NOT_FOUND = 127, "the agent command was not found"
     INTERRUPTED = 130, "interrupted (Ctrl-C)"
+    SERVER_GONE = 137, ("the warm server went away during the command, which went with it (as a killed command's "
+                        "128+9); run it again")
 
 
 def _exit_code_table(width: int = 88) -> str:

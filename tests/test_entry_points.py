@@ -48,6 +48,9 @@ def test_the_refiller_entry_name_resolves() -> None:
 
 
 def test_the_exit_code_table_lists_every_code() -> None:
+    from ccm_guard.warm.client import KILLED
+
+    assert KILLED == ExitCode.SERVER_GONE  # the client cannot import the table: it holds the code itself
     for code in ExitCode:
         assert f"  {int(code):<4} {code.text.split()[0]}" in EXIT_CODE_TABLE
     helped = ccm("--help", cwd=ROOT).stdout

@@ -57,6 +57,9 @@ def agent_environment(
         if k in keep or k in GIT_KEPT or (k not in SCRUB and not k.startswith(SCRUB_PREFIXES))
     }
     env.update(task_vars)
+    # A ccm-guard command the agent starts runs in the agent's own process tree, where the
+    # run's containment sees it, never in a warm server's child (ccm_guard.warm).
+    env["CCM_GUARD_NO_SERVER"] = "1"
     return env
 
 

@@ -32,7 +32,7 @@ SO_PEERPIDFD = 77  # Linux 6.5; every kernel with Landlock ABI 6, which the serv
 SO_PEERCRED = 17
 # What the client passes on to the command's child; the rest keep their default action.
 FORWARDED = (1, 2, 3, 10, 12, 15)  # SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM
-KILLED = 128 + 9  # the exit code when the server vanished mid-command: the command was killed
+KILLED = 128 + 9  # the server vanished mid-command: the command was killed (errors.ExitCode.SERVER_GONE)
 MAX_REQUEST = 200_000  # one datagram (the socket's default send buffer is ~208 KiB)
 
 
@@ -68,9 +68,10 @@ def unconfined_peer(sock: _socket.socket) -> bool:
     try:
         pid = int.from_bytes(cred[0:4], sys.byteorder)
         with open(f"/proc/{pid}/status", "rb") as status:
-            confined = b"\nNoNewPrivs:\t0\n" not in status.read()
+            text = status.read()
         _signal.pidfd_send_signal(pidfd, 0)  # still the process the pidfd names: ESRCH otherwise
-        return not confined
+        # Unconfined, and running: a stopped server (SIGSTOP, a debugger) would hang the command.
+        return b"\nNoNewPrivs:\t0\n" in text and b"\nState:\tT" not in text and b"\nState:\tt" not in text
     finally:
         os.close(pidfd)
 

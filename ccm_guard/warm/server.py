@@ -44,6 +44,7 @@ _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 # the state home the socket's name is made of.
 _START_VARIABLES = (b"PYTHON", b"LC_", b"LANG", b"CCM_GUARD_HOME")
 _PR_SET_PDEATHSIG = 1
+PENDING_SECONDS = 2.0  # a client that connected and sent nothing for this long is dropped
 
 
 class ServerError(Exception):
@@ -165,6 +166,8 @@ class Server:
     variables: dict[bytes, bytes] = field(init=False)
     children: dict[int, Served] = field(default_factory=dict)  # by pidfd
     waiting: dict[int, Served] = field(default_factory=dict)  # by the client's fd
+    # Accepted, their request not yet arrived: by fd, with the moment they are given up.
+    pending: dict[int, tuple[socket.socket, float]] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     last: float = field(default_factory=time.monotonic)
     served: int = 0
@@ -192,10 +195,10 @@ class Server:
         self.poller = select.poll()
         self.poller.register(self.listener, select.POLLIN)
         self.poller.register(wake_r, select.POLLIN)
-        while self.children or not self.stopping:
-            timeout = None if self.children or self.stopping else max(0.0, self.last + self.idle - time.monotonic())
-            events = self.poller.poll(None if timeout is None else timeout * 1000)
-            if not events and not self.children and time.monotonic() >= self.last + self.idle:
+        while self.children or self.pending or not self.stopping:
+            events = self.poller.poll(self.timeout_ms())
+            now = time.monotonic()
+            if not events and not self.children and not self.pending and now >= self.last + self.idle:
                 self.say("idle: leaving")
                 self.stop()
             for fd, mask in events:
@@ -204,12 +207,28 @@ class Server:
                         os.read(wake_r, 512)
                     self.say("signalled: leaving once the running commands end")
                     self.stop()
-                elif self.listener is not None and fd == self.listener.fileno():
+                elif fd == self.listener.fileno():
                     self.accept()
+                elif fd in self.pending:
+                    self.take(self.pending.pop(fd)[0])
                 elif fd in self.children:
                     self.ended(self.children[fd])
                 elif fd in self.waiting:
                     self.from_client(self.waiting[fd], mask)
+            for fd, (conn, deadline) in list(self.pending.items()):
+                if deadline <= now:  # connected and sent nothing: no one waits for it
+                    del self.pending[fd]
+                    self.poller.unregister(conn)
+                    conn.close()
+                    self.say(f"dropped a client that sent nothing within {PENDING_SECONDS:.0f} s")
+
+    def timeout_ms(self) -> float | None:
+        """How long the loop may sleep: until the first pending client is given up, or
+        until the idle time is up (never, while a command runs)."""
+        deadlines = [deadline for _, deadline in self.pending.values()]
+        if not self.children and not self.stopping:
+            deadlines.append(self.last + self.idle)
+        return max(0.0, min(deadlines) - time.monotonic()) * 1000 if deadlines else None
 
     def stop(self) -> None:
         """No new commands (the name goes at once: clients run their commands themselves);
@@ -226,13 +245,21 @@ class Server:
     # --- a client ---------------------------------------------------------------------------
 
     def accept(self) -> None:
+        """A client connected: its request is read when it arrives (a client sends at once;
+        one that does not must hold up no one)."""
         try:
             conn, _ = self.listener.accept()
         except OSError:
             return
+        conn.setblocking(False)
+        self.pending[conn.fileno()] = (conn, time.monotonic() + PENDING_SECONDS)
+        self.poller.register(conn, select.POLLIN)
+
+    def take(self, conn: socket.socket) -> None:
+        """A pending client's request (or its hang-up): answered now, or a child started."""
+        self.poller.unregister(conn)
         fds: list[int] = []
         try:
-            conn.settimeout(5)  # a client sends at once; a stalled one must not hold the server
             fields, fds, client = self.receive(conn)
             reply = self.answer(conn, fields, fds, client)
         except (OSError, ValueError, IndexError) as exc:
@@ -305,8 +332,18 @@ class Server:
         pid = os.fork()
         if pid == 0:
             self.become(parent, conn, request, fds, client.umask)  # never returns
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            # Not to be watched (no descriptor left): it goes, and its client hears nothing
+            # more (it says the server went away). Declining would run the command twice.
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.say(f"command {pid} for client {client.pid} killed: it cannot be watched ({exc.strerror})")
+            conn.close()
+            return
         self.served += 1
-        served = Served(pid=pid, pidfd=os.pidfd_open(pid), conn=conn, client=client.pid)
+        served = Served(pid=pid, pidfd=pidfd, conn=conn, client=client.pid)
         self.children[served.pidfd] = served
         self.waiting[conn.fileno()] = served
         conn.setblocking(False)
@@ -368,6 +405,8 @@ class Server:
                 os.close(served.pidfd)
                 if served.conn is not None:
                     served.conn.close()
+            for other, _ in self.pending.values():
+                other.close()
             self.listener.close()
             signal.set_wakeup_fd(-1)
             for fd in self.pipe:

@@ -136,3 +136,40 @@ def test_an_agent_that_takes_the_servers_name_gets_none_of_the_persons_commands(
     assert person.returncode == 0 and [t["id"] for t in json.loads(person.stdout)["tasks"]] == ["squat"]
     assert found[0].read_text() == "bound\nreceived 0 bytes and 0 descriptors\n"
     assert json.loads(out)["passed"] is True, err
+
+
+# An agent that wants its ccm-guard command run by the server: it drops the variable that
+# keeps it off, and takes the variables the server compares (the locale, the state home)
+# from the server's own environment (/proc/<pid>/environ: readable outside the sandbox).
+NESTED = """
+import os, sys
+env = {k: v for k, v in os.environ.items() if k != "CCM_GUARD_NO_SERVER" and not k.startswith(("LC_", "LANG", "PYTHON"))}
+try:
+    with open(f"/proc/{sys.argv[1]}/environ", "rb") as f:
+        for item in f.read().split(b"\\0"):
+            key, _, value = item.decode().partition("=")
+            if key.startswith(("LC_", "LANG", "PYTHON", "CCM_GUARD_HOME")):
+                env[key] = value
+except OSError as exc:
+    print("cannot read the server's environment:", exc.strerror, file=sys.stderr)
+os.execve(sys.executable, [sys.executable, "-m", "ccm_guard", "--version"], env)
+"""
+
+
+@pytest.mark.parametrize("sandbox_mode", ["none", "landlock"])
+def test_an_agent_that_unsets_the_variable_is_served_only_without_the_sandbox(repo: Path, tmp_path: Path,
+                                                                             server: int, sandbox_mode: str) -> None:
+    """Limitation, stated precisely: the agent's environment carries CCM_GUARD_NO_SERVER=1,
+    so that a ccm-guard it starts runs in its own process tree, but an agent can drop it.
+    Without the sandbox the server then runs that command, outside the run's process
+    tree (as the person's tmux or D-Bus would run anything: docs/attacks.md section 8);
+    under the sandbox it cannot connect."""
+    nested = tmp_path / "nested.py"
+    nested.write_text(NESTED)
+    agent = write_agent(tmp_path, f'echo "set=$CCM_GUARD_NO_SERVER" >&2\n'
+                                  f'"{sys.executable}" "{nested}" {server} >&2')
+    # The run itself in its own process: the only command the server can have run is the agent's.
+    res = run_exec(repo, agent, "--no-require-commit", "--sandbox", sandbox_mode, env={"CCM_GUARD_NO_SERVER": "1"})
+    log = (tmp_path / "state" / "server.log").read_text()
+    assert "set=1" in res.stderr and "ccm-guard, version" in res.stderr and res.code == 0, res.stderr
+    assert (" for client " in log) is (sandbox_mode == "none"), log

@@ -77,7 +77,7 @@ COMMITTING = 'echo work > work.txt\ngit add work.txt\ngit commit -qm "agent work
 
 
 def test_a_served_exec_is_the_run_it_would_have_been(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
-    agent = write_agent(tmp_path, COMMITTING + 'echo "umask $(umask)" >&2\n')
+    agent = write_agent(tmp_path, COMMITTING + 'echo "umask $(umask) no-server=$CCM_GUARD_NO_SERVER" >&2\n')
     outcomes = []
     for mode, env in (("served", {}), ("here", {"CCM_GUARD_NO_SERVER": "1"})):
         proc = client("exec", "--json", "--task", mode, "--", str(agent), cwd=repo, env=env,
@@ -86,7 +86,7 @@ def test_a_served_exec_is_the_run_it_would_have_been(repo: Path, tmp_path: Path,
         assert served(tmp_path, proc.pid) is (mode == "served"), log_of(tmp_path)
         verdict = json.loads(out)
         outcomes.append((code, verdict["passed"], [(g["name"], g["status"]) for g in verdict["gates"]],
-                         verdict["sandbox"], "umask 0027" in err))
+                         verdict["sandbox"], "umask 0027 no-server=1" in err))
         assert git(repo, "log", "-1", "--format=%s", f"ccm/{mode}") == "agent work"
     assert outcomes[0] == outcomes[1] and outcomes[0][:2] == (0, True) and outcomes[0][4]
 
@@ -235,3 +235,25 @@ def test_a_malformed_request_is_refused_and_the_server_goes_on(repo: Path, tmp_p
             assert reply.startswith(b"refused ")
     proc = client("task", "list", cwd=repo)
     assert finish(proc)[0] == 0 and served(tmp_path, proc.pid)
+
+
+def test_a_client_that_sends_nothing_holds_up_no_one(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as idle:
+        idle.connect(socket_name())  # and then says nothing
+        proc = client("task", "list", cwd=repo)
+        assert finish(proc)[0] == 0 and served(tmp_path, proc.pid)
+        idle.settimeout(10)
+        assert idle.recv(64) == b""  # dropped, after the other was served: it was not queued behind
+    log = log_of(tmp_path)
+    assert log.index(f"for client {proc.pid}: exit 0") < log.index("dropped a client that sent nothing")
+
+
+def test_a_stopped_server_is_passed_by(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    os.kill(server["pid"], signal.SIGSTOP)
+    try:
+        proc = client("task", "list", "--json", cwd=repo)
+        code, out, _ = finish(proc)
+        assert code == 0 and json.loads(out)["tasks"] == []
+    finally:
+        os.kill(server["pid"], signal.SIGCONT)
+    assert not served(tmp_path, proc.pid)
