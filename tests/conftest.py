@@ -124,6 +124,13 @@ def ccm(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None =
     )
 
 
+def warm_socket_name(cwd: Path) -> bytes:
+    """The warm server's name as `python -m ccm_guard` run in `cwd` computes it: it is made
+    of the package's path, and this test process may import another copy (the checkout)."""
+    code = "import sys\nfrom ccm_guard.warm.client import socket_name\nsys.stdout.buffer.write(socket_name())"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, check=True, timeout=60).stdout
+
+
 def spawn_exec(repo: Path, *args: str) -> subprocess.Popen[str]:
     """`ccm-guard exec ARGS` started in the background, its output captured."""
     return subprocess.Popen([sys.executable, "-m", "ccm_guard", "exec", *args], cwd=repo, text=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -64,6 +65,10 @@ def start(idle: float, as_json: bool) -> None:
         raise UsageError("this process is confined (no_new_privs: a sandbox): start the server outside it")
     state = _ask(b"status")
     if state is None:
+        holder = _holder()
+        if holder is not None:
+            raise UsageError(f"the warm server's name is held by process {holder}, which is not an unconfined process "
+                             f"of yours (a sandboxed agent's?): stop it (kill {holder}), then start again")
         log = home() / "server.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "server", "run", "--idle", str(idle),
@@ -100,6 +105,7 @@ def status(as_json: bool) -> None:
 @server.command("run", hidden=True, context_settings=CONTEXT)
 @click.option("--idle", type=click.FloatRange(min=1), default=1800)
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@handled
 def run_server(idle: float, log_path: Path) -> None:
     """The server itself, in the foreground (`start` runs this detached)."""
     import pkgutil
@@ -109,7 +115,8 @@ def run_server(idle: float, log_path: Path) -> None:
     from ccm_guard.cli import run
     from ccm_guard.warm.server import ServerError, serve
 
-    with log_path.open("a", encoding="utf-8") as log:
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
         try:
             # Everything a command may import, so that no child pays for it: the whole
             # package (the command line's modules load by name) and the optional libraries.
@@ -117,12 +124,18 @@ def run_server(idle: float, log_path: Path) -> None:
                      if m.name != "ccm_guard.__main__"]
             serve(run=run, preload=[*names, "pathspec", "re2", "sqlite3", "hashlib"], idle=idle, log=log)
         except ServerError as exc:
-            log.write(f"not started: {exc}\n")
+            _note(log, f"not started: {exc}\n")
             raise UsageError(str(exc)) from exc
         except Exception as exc:  # the log is all a detached server has: the traceback goes there
-            log.write(traceback.format_exc())
-            log.write(f"not started: {exc}\n")
+            _note(log, f"{traceback.format_exc()}not started: {exc}\n")
             raise UsageError(f"the warm server failed: {exc}") from exc
+    finally:
+        os.close(log)
+
+
+def _note(log: int, text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(log, text.encode())
 
 
 def _confined() -> bool:
@@ -135,14 +148,14 @@ def _ask(what: bytes) -> dict[str, Any] | None:
     to trust: another user's, or a confined process that took the name)."""
     import json
 
-    from ccm_guard.warm.client import unconfined_peer, socket_name
+    from ccm_guard.warm.client import socket_name, trusted_peer
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC) as sock:
         try:
+            sock.settimeout(5)  # a name nobody accepts on (a full queue) is refused at once
             sock.connect(socket_name())
-            if not unconfined_peer(sock):
+            if not trusted_peer(sock):
                 return None
-            sock.settimeout(5)
             sock.send(what)
             reply = sock.recv(4096)
         except OSError:
@@ -153,6 +166,19 @@ def _ask(what: bytes) -> dict[str, Any] | None:
         except ValueError:
             return None
     return {"reply": reply.decode("utf-8", "replace")}
+
+
+def _holder() -> int | None:
+    """The pid of whatever listens on the server's name, if anything does."""
+    from ccm_guard.warm.client import socket_name
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC) as sock:
+        try:
+            sock.settimeout(5)
+            sock.connect(socket_name())
+        except OSError:
+            return None
+        return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4], sys.byteorder)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:

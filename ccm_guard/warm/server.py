@@ -20,8 +20,11 @@ to it and have commands run outside its sandbox (the sandbox scopes abstract soc
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
+import functools
+import threading
 import importlib
 import json
 import os
@@ -32,7 +35,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, TextIO
+from typing import Callable, Iterable
 
 from ccm_guard.warm.client import FORWARDED, KILLED, MAX_REQUEST, PACKAGE, SO_PEERPIDFD, socket_name
 
@@ -60,7 +63,8 @@ class Profile:
     limits: bytes
     cgroup: bytes
     namespaces: tuple[str, ...]
-    nice_oom: tuple[bytes, bytes]
+    root: tuple[int, int]  # its root directory (a chroot), by device and inode
+    scheduling: tuple[bytes, ...]  # nice, real-time priority, policy, I/O priority, OOM score
     tty: bytes  # its controlling terminal (0: none)
     umask: int  # taken by the child, not compared
 
@@ -69,21 +73,42 @@ class Profile:
         for key, mine, theirs in zip(_STATUS, self.status, other.status):
             if mine != theirs:
                 return f"its {key.decode()} differs from the server's"
-        for name in ("limits", "cgroup", "namespaces", "nice_oom"):
+        for name in ("limits", "cgroup", "namespaces", "root", "scheduling"):
             if getattr(self, name) != getattr(other, name):
-                return f"its {name.replace('_', ' or ')} differ from the server's"
+                return f"its {name} differ(s) from the server's"
         return "it has a controlling terminal" if other.tty != b"0" else None
 
 
 def read_profile(pid: int) -> Profile:
     proc = f"/proc/{pid}"
     lines = dict(line.split(b":", 1) for line in _read(f"{proc}/status").splitlines() if b":" in line)
-    stat = _read(f"{proc}/stat").rsplit(b")", 1)[1].split()
+    stat = _read(f"{proc}/stat").rsplit(b")", 1)[1].split()  # field n of proc(5) is stat[n - 3]
+    root = os.stat(f"{proc}/root")
     return Profile(pid=pid, status=tuple(lines.get(key, b"").strip() for key in _STATUS), limits=_read(f"{proc}/limits"),
                    cgroup=_read(f"{proc}/cgroup"),
                    namespaces=tuple(os.readlink(f"{proc}/ns/{ns}") for ns in _NAMESPACES),
-                   nice_oom=(stat[16], _read(f"{proc}/oom_score_adj")), tty=stat[4],
-                   umask=int(lines.get(b"Umask", b"0022").strip(), 8))
+                   root=(root.st_dev, root.st_ino),
+                   scheduling=(stat[16], stat[37], stat[38], b"%d" % _io_priority(pid), _read(f"{proc}/oom_score_adj")),
+                   tty=stat[4], umask=int(lines.get(b"Umask", b"0022").strip(), 8))
+
+
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "riscv64": 31}  # the syscall's number
+_IOPRIO_WHO_PROCESS = 1
+
+
+def _io_priority(pid: int) -> int:
+    """`ionice`'s class and level of `pid` (-1 where the syscall is not known here)."""
+    number = _IOPRIO_GET.get(os.uname().machine)
+    if number is None:
+        return -1
+    return int(_libc().syscall(ctypes.c_long(number), ctypes.c_int(_IOPRIO_WHO_PROCESS), ctypes.c_int(pid)))
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
 
 
 def _read(path: str) -> bytes:
@@ -130,6 +155,8 @@ class Request:
         if rest:
             raise ValueError("trailing fields")
         env = dict(item.partition(b"=")[::2] for item in env_items)
+        if b"" in env:  # execve allows "=x"; os.environ cannot take it
+            raise ValueError("an environment entry without a name")
         return cls(interpreter=interpreter, argv=argv, env=env, path=path)
 
 
@@ -152,13 +179,14 @@ class Served:
     pidfd: int
     conn: socket.socket | None
     client: int  # the client's pid, for the log
+    go: int | None  # the pipe the child waits on until its client says "go" (None: said, or never will be)
 
 
 @dataclass
 class Server:
     run: Callable[[], None]  # the command line's entry; it leaves the process itself
     idle: float  # seconds without a command before the server leaves
-    log: TextIO
+    log: int  # the log's descriptor (O_APPEND): a line is one write, and nothing is buffered at a fork
     listener: socket.socket
     profile: Profile = field(init=False)
     fingerprint: tuple[tuple[str, int, int], ...] = field(init=False)
@@ -202,25 +230,31 @@ class Server:
                 self.say("idle: leaving")
                 self.stop()
             for fd, mask in events:
-                if fd == wake_r:
-                    with contextlib.suppress(OSError):
-                        os.read(wake_r, 512)
-                    self.say("signalled: leaving once the running commands end")
-                    self.stop()
-                elif fd == self.listener.fileno():
-                    self.accept()
-                elif fd in self.pending:
-                    self.take(self.pending.pop(fd)[0])
-                elif fd in self.children:
-                    self.ended(self.children[fd])
-                elif fd in self.waiting:
-                    self.from_client(self.waiting[fd], mask)
+                try:
+                    self.event(fd, mask, wake_r)
+                except Exception:  # noqa: BLE001 - the loop must go on: its running commands die with it
+                    self.say(f"error: {traceback.format_exc()}")
             for fd, (conn, deadline) in list(self.pending.items()):
                 if deadline <= now:  # connected and sent nothing: no one waits for it
                     del self.pending[fd]
                     self.poller.unregister(conn)
                     conn.close()
                     self.say(f"dropped a client that sent nothing within {PENDING_SECONDS:.0f} s")
+
+    def event(self, fd: int, mask: int, wake_r: int) -> None:
+        if fd == wake_r:
+            with contextlib.suppress(OSError):
+                os.read(wake_r, 512)
+            self.say("signalled: leaving once the running commands end")
+            self.stop()
+        elif fd == self.listener.fileno():
+            self.accept()
+        elif fd in self.pending:
+            self.take(self.pending.pop(fd)[0])
+        elif fd in self.children:
+            self.ended(self.children[fd])
+        elif fd in self.waiting:
+            self.from_client(self.waiting[fd], mask)
 
     def timeout_ms(self) -> float | None:
         """How long the loop may sleep: until the first pending client is given up, or
@@ -239,8 +273,9 @@ class Server:
             self.listener.close()
 
     def say(self, text: str) -> None:
-        self.log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n")
-        self.log.flush()
+        """A line in the log; a log that cannot be written (a full disk) stops nothing."""
+        with contextlib.suppress(OSError, ValueError):
+            os.write(self.log, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n".encode())
 
     # --- a client ---------------------------------------------------------------------------
 
@@ -297,11 +332,11 @@ class Server:
         """The reply to send now, or None when a child was started (it replies at its end).
         `status` and `stop` are answered to any process of the user (from a terminal too);
         a command runs only for a client that shares the server's profile."""
-        self.last = time.monotonic()
         if fields[0] == b"status":
             return json.dumps({"pid": os.getpid(), "started": self.started, "served": self.served,
                                "commands_running": len(self.children), "idle_seconds": self.idle,
-                               "package": PACKAGE, "python": sys.executable})
+                               "package": PACKAGE, "python": sys.executable,
+                               "socket": socket_name()[1:].decode()})  # abstract: after its NUL
         if fields[0] == b"stop":
             self.say("asked to stop")
             self.stop()
@@ -326,32 +361,43 @@ class Server:
         return None
 
     def fork(self, conn: socket.socket, request: Request, fds: list[int], client: Profile) -> None:
-        for stream in (sys.stdout, sys.stderr, self.log):
-            stream.flush()  # nothing of the server's may reach the child's streams
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()  # nothing of the server's may reach the child's streams
         parent = os.getpid()
-        pid = os.fork()
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(go_r)
+            os.close(go_w)
+            raise  # declined: nothing ran
         if pid == 0:
-            self.become(parent, conn, request, fds, client.umask)  # never returns
+            self.become(parent, conn, request, fds, client.umask, go_r, go_w)  # never returns
+        os.close(go_r)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as exc:
-            # Not to be watched (no descriptor left): it goes, and its client hears nothing
-            # more (it says the server went away). Declining would run the command twice.
+            # Not to be watched (no descriptor left): it goes before it began (it waits for
+            # "go"), and its client, told nothing, runs the command itself.
+            os.close(go_w)
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            self.say(f"command {pid} for client {client.pid} killed: it cannot be watched ({exc.strerror})")
-            conn.close()
-            return
+            self.say(f"command {pid} for client {client.pid} not started: it cannot be watched ({exc.strerror})")
+            raise
         self.served += 1
-        served = Served(pid=pid, pidfd=pidfd, conn=conn, client=client.pid)
+        self.last = time.monotonic()
+        served = Served(pid=pid, pidfd=pidfd, conn=conn, client=client.pid, go=go_w)
         self.children[served.pidfd] = served
         self.waiting[conn.fileno()] = served
-        conn.setblocking(False)
         self.poller.register(served.pidfd, select.POLLIN)
         self.poller.register(conn, select.POLLIN)
+        conn.send(b"started")  # the client answers "go"; its forwarded signals come after
+        conn.setblocking(False)
 
     def from_client(self, served: Served, mask: int) -> None:
-        """A signal to forward, or the client gone: then the command goes as it would have."""
+        """The client's "go", a signal to forward, or the client gone: then the command
+        goes as it would have (or, before "go", never begins)."""
         assert served.conn is not None
         try:
             message = served.conn.recv(64) if mask & select.POLLIN else b""
@@ -360,7 +406,14 @@ class Server:
         except OSError:
             message = b""
         word, _, number = message.partition(b" ")
-        if word == b"signal" and number.isdigit() and int(number) in FORWARDED:
+        if served.go is not None:
+            if message == b"go":
+                os.write(served.go, b"g")
+            else:
+                self.forget_client(served)
+            os.close(served.go)  # unsaid, the child reads the end of the pipe and leaves
+            served.go = None
+        elif word == b"signal" and number.isdigit() and int(number) in FORWARDED:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(served.pidfd, int(number))
         elif not message:
@@ -380,6 +433,9 @@ class Server:
         self.poller.unregister(served.pidfd)
         os.close(served.pidfd)
         del self.children[served.pidfd]
+        if served.go is not None:
+            os.close(served.go)
+            served.go = None
         self.last = time.monotonic()
         reply = b"signal %d" % os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
             b"exit %d" % os.waitstatus_to_exitcode(status)
@@ -393,62 +449,98 @@ class Server:
 
     # --- the child ----------------------------------------------------------------------------
 
-    def become(self, parent: int, conn: socket.socket, request: Request, fds: list[int], umask: int) -> None:
-        """In the child: drop the server's descriptors and handlers, take the client's
-        process state, and run the command. Leaves the process; never returns."""
+    def become(self, parent: int, conn: socket.socket, request: Request, fds: list[int], umask: int,
+               go_r: int, go_w: int) -> None:
+        """In the child: drop the server's descriptors and handlers, wait for the client's
+        "go" (without it the command never begins, and the client runs it itself), take
+        the client's process state, and run the command. Leaves the process, whatever
+        happens: it never returns into the server's code."""
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:
-                os._exit(KILLED)  # the server died before the line above
-            conn.close()
-            for served in self.children.values():
-                os.close(served.pidfd)
-                if served.conn is not None:
-                    served.conn.close()
-            for other, _ in self.pending.values():
-                other.close()
-            self.listener.close()
-            signal.set_wakeup_fd(-1)
-            for fd in self.pipe:
-                os.close(fd)
-            if self.log not in (sys.stdout, sys.stderr):
-                self.log.close()
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(signum, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for target, fd in enumerate(fds[:3]):
-                os.dup2(fd, target)
-            os.fchdir(fds[3])
-            for fd in fds:
-                os.close(fd)
-            os.umask(umask)
-            os.environb.clear()
-            os.environb.update(request.env)
-            sys.argv = [os.fsdecode(a) for a in request.argv]
-            sys.path[:] = [os.fsdecode(p) for p in request.path]
-        except BaseException:  # noqa: BLE001 - nothing of the command has run: say so, and leave
-            with contextlib.suppress(OSError):
-                os.write(2, f"ccm-guard: error: the warm server could not start the command: "
-                            f"{traceback.format_exc(limit=1)}".encode())
+            try:
+                self._drop_the_server(parent, conn, go_w)
+                if os.read(go_r, 1) != b"g":
+                    os._exit(KILLED)  # the client went its own way: nothing ran
+                os.close(go_r)
+                self._take_the_client(request, fds, umask)
+            except BaseException:  # noqa: BLE001 - nothing of the command has run: say so, and leave
+                with contextlib.suppress(Exception):
+                    os.write(2, f"ccm-guard: error: the warm server could not start the command: "
+                                f"{traceback.format_exc(limit=1)}".encode())
+                os._exit(KILLED)
+            self._run_as_the_interpreter_would()
+        finally:
             os._exit(KILLED)
+
+    def _drop_the_server(self, parent: int, conn: socket.socket, go_w: int) -> None:
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(KILLED)  # the server died before the line above
+        os.close(go_w)
+        conn.close()
+        for served in self.children.values():
+            os.close(served.pidfd)
+            if served.go is not None:
+                os.close(served.go)
+            if served.conn is not None:
+                served.conn.close()
+        for other, _ in self.pending.values():
+            other.close()
+        self.listener.close()
+        signal.set_wakeup_fd(-1)
+        for fd in self.pipe:
+            os.close(fd)
+        if self.log > 2:
+            os.close(self.log)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @staticmethod
+    def _take_the_client(request: Request, fds: list[int], umask: int) -> None:
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        os.fchdir(fds[3])
+        for fd in fds:
+            os.close(fd)
+        os.umask(umask)
+        os.environb.clear()
+        os.environb.update(request.env)
+        time.tzset()  # the C library read TZ once, in the server
+        sys.argv = [os.fsdecode(a) for a in request.argv]
+        sys.path[:] = [os.fsdecode(p) for p in request.path]
+
+    def _run_as_the_interpreter_would(self) -> None:
+        """The command line's entry leaves the process itself; what escapes it ends the
+        child as the interpreter ends a process: the traceback (or a non-numeric exit's
+        text), other threads and exit handlers waited for, the streams flushed, and a
+        KeyboardInterrupt's end by SIGINT."""
         code: object = 0
+        interrupted = False
         try:
             self.run()
         except SystemExit as exc:
             code = exc.code
-        except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback, then 1
-            traceback.print_exc()
-            code = 1
+        except BaseException as exc:  # noqa: BLE001 - as the interpreter would: the traceback, then 1
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+            code, interrupted = 1, isinstance(exc, KeyboardInterrupt)
         if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
+            with contextlib.suppress(Exception):
+                print(code, file=sys.stderr)
             code = 1
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(Exception):
+            threading._shutdown()  # type: ignore[attr-defined]
+            atexit._run_exitfuncs()
+        with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+        if interrupted:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         os._exit(code or 0)
 
 
-def serve(*, run: Callable[[], None], preload: Iterable[str], idle: float, log: TextIO) -> None:
+def serve(*, run: Callable[[], None], preload: Iterable[str], idle: float, log: int) -> None:
     """Bind the name, import what commands need, and serve until idle or stopped.
     ServerError when the name is taken (a server runs) or a standard stream is missing."""
     if sys.stdin is None or sys.stdout is None or sys.stderr is None:

@@ -21,10 +21,9 @@ from typing import Iterator
 
 import pytest
 from adv import needs_landlock
-from conftest import alive, ccm, run_exec, spawn_exec, write_agent
+from conftest import alive, ccm, run_exec, spawn_exec, warm_socket_name, write_agent
 
 from ccm_guard.prevent import sandbox
-from ccm_guard.warm.client import socket_name
 
 pytestmark = [needs_landlock, pytest.mark.skipif(sandbox.abi() < 6, reason="the warm server needs Landlock ABI 6")]
 
@@ -41,7 +40,9 @@ except OSError as exc:
     sys.exit(0)
 fds = array.array("i", [0, 1, 2, __import__("os").open(".", __import__("os").O_RDONLY)])
 sock.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
-print("reply:", sock.recv(4096).decode(), file=sys.stderr)
+if sock.recv(4096) == b"started":  # as the installed client does: "go", then the command's end
+    sock.send(b"go")
+    print("reply:", sock.recv(4096).decode(), file=sys.stderr)
 """
 
 # A request exactly as the installed command makes it, for `exec --sandbox none` of a
@@ -80,7 +81,7 @@ def _request(tmp_path: Path, repo: Path, target: Path, name: str) -> Path:
 def test_a_sandboxed_agent_cannot_have_the_warm_server_run_a_command(repo: Path, tmp_path: Path,
                                                                      server: int) -> None:
     names = tmp_path / "server.name"
-    names.write_bytes(socket_name())
+    names.write_bytes(warm_socket_name(repo))
     sender = tmp_path / "sender.py"
     sender.write_text(SENDER)
     # The control: the same kind of request from an unconfined process of the person's is run.
@@ -116,7 +117,7 @@ open(record, "a").write(f"received {len(data)} bytes and {len(fds)} descriptors\
 
 def test_an_agent_that_takes_the_servers_name_gets_none_of_the_persons_commands(repo: Path, tmp_path: Path) -> None:
     names = tmp_path / "server.name"
-    names.write_bytes(socket_name())
+    names.write_bytes(warm_socket_name(repo))
     squatter = tmp_path / "squatter.py"
     squatter.write_text(SQUATTER)
     agent = write_agent(tmp_path, f'python3 "{squatter}" "{names}" "$PWD/record.txt"\n'
@@ -150,6 +151,12 @@ try:
             key, _, value = item.decode().partition("=")
             if key.startswith(("LC_", "LANG", "PYTHON", "CCM_GUARD_HOME")):
                 env[key] = value
+    with open(f"/proc/{sys.argv[1]}/status") as f:  # and which signals it ignores (under nohup: SIGHUP)
+        ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+    import signal
+    for signum in range(1, 32):
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_IGN if ignored >> (signum - 1) & 1 else signal.SIG_DFL)
 except OSError as exc:
     print("cannot read the server's environment:", exc.strerror, file=sys.stderr)
 os.execve(sys.executable, [sys.executable, "-m", "ccm_guard", "--version"], env)
@@ -173,3 +180,52 @@ def test_an_agent_that_unsets_the_variable_is_served_only_without_the_sandbox(re
     log = (tmp_path / "state" / "server.log").read_text()
     assert "set=1" in res.stderr and "ccm-guard, version" in res.stderr and res.code == 0, res.stderr
     assert (" for client " in log) is (sandbox_mode == "none"), log
+
+
+# Takes the server's name, fills its queue (and never accepts), then waits for the test's
+# word: a client whose connect waited for room would hang every command meanwhile.
+CLOGGER = """
+import os, socket, sys, time
+name, ready, done = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.bind(name)
+sock.listen(0)
+held = []
+for _ in range(4):
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
+    try:
+        peer.connect(name)
+    except BlockingIOError:
+        break
+    held.append(peer)
+open(ready, "w").write(f"queued {len(held)}\\n")
+deadline = time.monotonic() + 30
+while not os.path.exists(done) and time.monotonic() < deadline:
+    time.sleep(0.05)
+os.unlink(ready)
+"""
+
+
+def test_an_agent_that_takes_the_name_and_fills_its_queue_hangs_no_command(repo: Path, tmp_path: Path) -> None:
+    names = tmp_path / "server.name"
+    names.write_bytes(warm_socket_name(repo))
+    clogger = tmp_path / "clogger.py"
+    clogger.write_text(CLOGGER)
+    done = tmp_path / "done"
+    agent = write_agent(tmp_path, f'python3 "{clogger}" "{names}" "$PWD/ready.txt" "{done}"')
+    run = spawn_exec(repo, "--json", "--no-require-commit", "--task", "clog", "--", str(agent))
+    worktrees = tmp_path / "state" / "worktrees"
+    deadline = time.monotonic() + 30
+    while not list(worktrees.glob("*/clog/ready.txt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        ready = list(worktrees.glob("*/clog/ready.txt"))
+        assert ready and ready[0].read_text().startswith("queued "), run.communicate(timeout=60)
+        person = subprocess.run([sys.executable, "-m", "ccm_guard", "task", "list", "--json"], cwd=repo,
+                                capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        assert person.returncode == 0 and [t["id"] for t in json.loads(person.stdout)["tasks"]] == ["clog"]
+    finally:
+        done.write_text("")
+    out, err = run.communicate(timeout=60)
+    assert json.loads(out)["passed"] is True, err

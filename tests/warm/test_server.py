@@ -8,6 +8,7 @@ command from one run in the client.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -17,15 +18,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from conftest import ROOT, alive, ccm, git, write_agent
+from conftest import ROOT, alive, ccm, git, warm_socket_name, write_agent
 
 from ccm_guard.prevent import sandbox
-from ccm_guard.warm.client import socket_name
 
 pytestmark = pytest.mark.skipif(sandbox.abi() < 6, reason="the warm server needs Landlock ABI 6 (this kernel: "
                                                           f"{sandbox.describe()})")
@@ -109,10 +110,20 @@ def _fewer_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 512), hard))
 
 
+def _other_hangup() -> None:
+    """SIGHUP ignored where the server (started from this process) takes it, or the other
+    way round (a test run under nohup)."""
+    ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    signal.signal(signal.SIGHUP, signal.SIG_DFL if ignored else signal.SIG_IGN)
+
+
 DECLINED = {
     "confined (no_new_privs)": ({}, _no_new_privs, "NoNewPrivs"),
     "other resource limits": ({}, _fewer_files, "limits"),
-    "SIGHUP ignored (nohup)": ({}, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN) and None, "SigIgn"),
+    "SIGHUP ignored or not (nohup)": ({}, _other_hangup, "SigIgn"),
+    "another nice value": ({}, lambda: os.nice(1), "scheduling"),
+    "the idle scheduler (chrt --idle)": ({}, lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)),
+                                         "scheduling"),
     "another locale for the streams": ({"PYTHONIOENCODING": "latin-1"}, None, "variables differ"),
     "another state home": ({"CCM_GUARD_HOME": "<other>"}, None, None),
 }
@@ -128,8 +139,8 @@ def test_a_client_the_server_cannot_become_runs_its_command_itself(repo: Path, t
     assert code == 0 and json.loads(out)["tasks"] == [], err
     assert not served(tmp_path, proc.pid)
     if reason is not None:  # another home is another server's name: this one never heard of it
-        assert f"refused its {reason}" in log_of(tmp_path) or f"refused the interpreter's or the state home's {reason}" \
-            in log_of(tmp_path), log_of(tmp_path)
+        refused = [line for line in log_of(tmp_path).splitlines() if " refused " in line]
+        assert refused and reason in refused[-1], log_of(tmp_path)
 
 
 def test_a_client_on_a_terminal_keeps_its_command(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
@@ -225,7 +236,7 @@ def test_a_malformed_request_is_refused_and_the_server_goes_on(repo: Path, tmp_p
                                                                server: dict[str, Any]) -> None:
     for request in (b"run\0only\0three", b"run\0a\0b\0c\x009\0x", b"\xff" * 100, b"status" * 40000):
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
-            sock.connect(socket_name())
+            sock.connect(warm_socket_name(repo))
             sock.settimeout(10)
             try:
                 sock.send(request)
@@ -239,7 +250,7 @@ def test_a_malformed_request_is_refused_and_the_server_goes_on(repo: Path, tmp_p
 
 def test_a_client_that_sends_nothing_holds_up_no_one(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as idle:
-        idle.connect(socket_name())  # and then says nothing
+        idle.connect(warm_socket_name(repo))  # and then says nothing
         proc = client("task", "list", cwd=repo)
         assert finish(proc)[0] == 0 and served(tmp_path, proc.pid)
         idle.settimeout(10)
@@ -257,3 +268,101 @@ def test_a_stopped_server_is_passed_by(repo: Path, tmp_path: Path, server: dict[
     finally:
         os.kill(server["pid"], signal.SIGCONT)
     assert not served(tmp_path, proc.pid)
+
+
+@contextlib.contextmanager
+def fake_server(name: bytes, answer: Callable[[socket.socket], object]) -> Iterator[list[bytes]]:
+    """A server of this user (trusted: it is this test) that answers one client as told;
+    yields what it received."""
+    received: list[bytes] = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(name)
+    listener.listen(4)
+    listener.settimeout(30)
+
+    def serve_one() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(10)
+                data, fds, _, _ = socket.recv_fds(conn, 300_000, 8)
+                for fd in fds:
+                    os.close(fd)
+                received.append(data)
+                answer(conn)
+
+    thread = threading.Thread(target=serve_one, daemon=True)
+    thread.start()
+    try:
+        yield received
+    finally:
+        listener.close()
+        thread.join(timeout=30)
+
+
+def _started_then_gone(conn: socket.socket) -> None:
+    conn.send(b"started")
+    assert conn.recv(64) == b"go"
+
+
+ANSWERS: dict[str, Callable[[socket.socket], object]] = {
+    "refuses": lambda conn: conn.send(b"refused for the test"),
+    "hangs up at once": lambda conn: None,
+    "never answers": lambda conn: time.sleep(3),  # past the client's wait for "started"
+}
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_server_that_does_not_start_the_command_leaves_it_to_the_client(repo: Path, answer: str) -> None:
+    with fake_server(warm_socket_name(repo), ANSWERS[answer]) as received:
+        proc = client("task", "list", "--json", cwd=repo)
+        code, out, err = finish(proc)
+    assert received and received[0].startswith(b"run\0")  # it was asked
+    assert code == 0 and json.loads(out)["tasks"] == [] and err == ""  # and the client ran the command itself
+
+
+def test_a_server_gone_after_starting_the_command_is_reported(repo: Path) -> None:
+    with fake_server(warm_socket_name(repo), _started_then_gone):
+        code, out, err = finish(client("task", "list", cwd=repo))
+    assert code == 137 and out == ""
+    assert err.startswith("ccm-guard: error: the warm server went away before the command finished") \
+        and err.count("\n") == 1
+
+
+def test_a_client_with_a_closed_stream_asks_no_server(repo: Path) -> None:
+    """A socket opened with stdin closed would take fd 0 and be sent as the command's
+    stdin: such a client runs its command itself."""
+    with fake_server(warm_socket_name(repo), _started_then_gone) as received:
+        code, out, _ = finish(client("task", "list", "--json", cwd=repo, preexec=lambda: os.close(0)))
+    assert code == 0 and json.loads(out)["tasks"] == [] and received == []
+
+
+def test_a_served_command_has_the_clients_time_zone(repo: Path, tmp_path: Path, server: dict[str, Any]) -> None:
+    proc = client("exec", "--json", "--no-require-commit", "--", "true", cwd=repo, env={"TZ": "Etc/GMT-9"})
+    code, out, err = finish(proc)
+    assert code == 0 and served(tmp_path, proc.pid), err
+    hour = int(json.loads(out)["task"].split("-")[1][:2])
+    assert hour in {(time.gmtime().tm_hour + 9 + d) % 24 for d in (-1, 0)}  # (a run across the hour)
+
+
+def test_a_log_that_cannot_be_written_stops_no_command(tmp_path: Path, repo: Path) -> None:
+    """A full disk under the state home, as RLIMIT_FSIZE makes one for the server and its
+    clients alike (they must share their limits): the server goes on serving."""
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    started = subprocess.run([sys.executable, "-m", "ccm_guard", "server", "start", "--json"], cwd=tmp_path,
+                             capture_output=True, text=True, preexec_fn=small_files, stdin=subprocess.DEVNULL,
+                             timeout=60)
+    pid = json.loads(started.stdout)["pid"]
+    try:
+        for _ in range(4):
+            code, out, _ = finish(client("--version", cwd=repo, preexec=small_files))
+            assert code == 0 and out.startswith("ccm-guard, version")
+        status = client("server", "status", "--json", cwd=repo, env={"CCM_GUARD_NO_SERVER": "1"})
+        state = json.loads(finish(status)[1])
+        assert state["pid"] == pid and state["served"] == 4
+        assert (tmp_path / "state" / "server.log").stat().st_size <= 200
+    finally:
+        ccm("server", "stop", cwd=tmp_path)
+        wait_for(lambda: not alive(pid), 10)
