@@ -387,12 +387,19 @@ class Server:
             raise
         self.served += 1
         self.last = time.monotonic()
-        served = Served(pid=pid, pidfd=pidfd, conn=conn, client=client.pid, go=go_w)
+        served = Served(pid=pid, pidfd=pidfd, conn=None, client=client.pid, go=go_w)
         self.children[served.pidfd] = served
-        self.waiting[conn.fileno()] = served
         self.poller.register(served.pidfd, select.POLLIN)
+        try:
+            conn.send(b"started")  # the client answers "go"; its forwarded signals come after
+        except OSError:  # the client is gone: its child leaves without beginning
+            os.close(go_w)
+            served.go = None
+            conn.close()
+            return
+        served.conn = conn
+        self.waiting[conn.fileno()] = served
         self.poller.register(conn, select.POLLIN)
-        conn.send(b"started")  # the client answers "go"; its forwarded signals come after
         conn.setblocking(False)
 
     def from_client(self, served: Served, mask: int) -> None:
