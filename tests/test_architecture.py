@@ -25,7 +25,7 @@ RANK = {
     "git": 2, "pathrules": 2,
     "agent": 1, "warm": 1,
 }
-LEAVES = {"errors", "text", "failpoints", "clone", "files", "later", "progress", "digest"}  # anyone may use them; they use only each other
+LEAVES = {"errors", "text", "failpoints", "clone", "files", "later", "progress", "digest", "caller"}  # anyone may use them; they use only each other
 ENTRY_POINTS = {"__main__", "hookrun"}  # thin doors from outside: `python -m`, installed hooks
 
 

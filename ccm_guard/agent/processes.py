@@ -127,12 +127,15 @@ def held_open(paths: set[str]) -> set[str]:
 
 
 def _ancestry(procs: dict[int, Proc]) -> set[int]:
-    """This process and those it runs under, up to init."""
+    """This process and those it runs under, up to init (and, for a command a warm server
+    runs, its client and those the client runs under: the person's shell, a git alias)."""
+    from ccm_guard import caller
+
     mine: set[int] = set()
-    pid = os.getpid()
-    while pid in procs and pid not in mine:
-        mine.add(pid)
-        pid = procs[pid].ppid
+    for pid in caller.pids():
+        while pid in procs and pid not in mine:
+            mine.add(pid)
+            pid = procs[pid].ppid
     return mine
 
 

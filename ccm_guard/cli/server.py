@@ -14,13 +14,14 @@ from typing import Any
 import click
 
 from ccm_guard.cli.options import CONTEXT, handled, json_text
-from ccm_guard.errors import UsageError
+from ccm_guard.errors import StateError, UsageError
 
 SERVER_EPILOG = """\
 \b
 Exit codes:
   0    done (and for `status`: whether one runs is in the output)
-  2    the server cannot start here (no Landlock ABI 6, inside a sandbox, it did not come up)"""
+  2    the server cannot start here (no Landlock ABI 6, inside a sandbox, it did not come up)
+  7    the state home cannot be made"""
 
 READY_WITHIN = 15.0  # seconds: importing everything takes a fraction of one
 
@@ -70,13 +71,17 @@ def start(idle: float, as_json: bool) -> None:
             raise UsageError(f"the warm server's name is held by process {holder}, which is not an unconfined process "
                              f"of yours (a sandboxed agent's?): stop it (kill {holder}), then start again")
         log = home() / "server.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot make the state home {log.parent} ({exc.strerror}): set CCM_GUARD_HOME to a "
+                             "directory you can write") from exc
         proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "server", "run", "--idle", str(idle),
                                  "--log", str(log)], cwd="/", start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "CCM_GUARD_NO_SERVER": "1"})
         state = _wait_ready(proc, log)
-        state["started_now"] = True
+        state["started_now"] = state.get("pid") == proc.pid  # or another `start` won the race
     _show(state, as_json)
 
 
@@ -135,7 +140,7 @@ def run_server(idle: float, log_path: Path) -> None:
 
 def _note(log: int, text: str) -> None:
     with contextlib.suppress(OSError):
-        os.write(log, text.encode())
+        os.write(log, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}".encode())
 
 
 def _confined() -> bool:

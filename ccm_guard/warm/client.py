@@ -39,9 +39,11 @@ ACK_SECONDS = 1.0  # a server that has not started the command by then is passed
 
 
 def socket_name(environ: "dict[bytes, bytes] | None" = None) -> bytes:
-    """The abstract socket of the server for this user, installation and state home."""
+    """The abstract socket of the server for this user, installation and state home (the
+    state home defaults to one under $HOME: HOME is part of the name too)."""
     env = os.environb if environ is None else environ
-    key = b"\0".join((os.fsencode(PACKAGE), os.fsencode(sys.executable), env.get(b"CCM_GUARD_HOME", b"")))
+    key = b"\0".join((os.fsencode(PACKAGE), os.fsencode(sys.executable), env.get(b"CCM_GUARD_HOME", b""),
+                      env.get(b"HOME", b"")))
     try:
         from _sha256 import sha256  # type: ignore[import-not-found]  # built in: hashlib costs more
     except ImportError:  # pragma: no cover - another interpreter build
@@ -83,9 +85,10 @@ def trusted_peer(sock: "_socket.socket") -> bool:
 
 
 def _not_for_a_server() -> bool:
-    """Switched off, a stream closed (a socket opened now would take its number and pass
-    for it), a stream on a terminal, or a controlling terminal."""
-    if OFF_VARIABLE in os.environ:
+    """Switched off, a `server` command (it manages the server: it runs beside it), a
+    stream closed (a socket opened now would take its number and pass for it), a stream
+    on a terminal, or a controlling terminal."""
+    if OFF_VARIABLE in os.environ or sys.argv[1:2] == ["server"]:
         return True
     try:
         if os.isatty(0) or os.isatty(1) or os.isatty(2):
@@ -130,16 +133,17 @@ def through_server() -> "int | None":
             if sock.recv(64) != b"started":  # a refusal, or the server going away: nothing ran
                 return None
             sock.settimeout(None)
-            sock.send(b"go")  # from here the command is the server's to run
         except OSError:
             return None  # no server, a timeout, a reset: nothing ran, and nothing will
-        return _wait(sock)
+        return _go_and_wait(sock)
     finally:
         sock.close()
 
 
-def _wait(sock: "_socket.socket") -> int:
-    """Forward signals to the command and wait for its end."""
+def _go_and_wait(sock: "_socket.socket") -> int:
+    """Say "go", forward signals to the command, and wait for its end. The signals are
+    held from before "go" until they are forwarded: one that came between would end
+    this client and have the command killed instead of told."""
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -147,10 +151,17 @@ def _wait(sock: "_socket.socket") -> int:
         except OSError:
             pass  # the server is gone: the end of the command says so below
 
+    held = _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
     previous = {}
-    for signum in FORWARDED:
-        if _signal.getsignal(signum) is not _signal.SIG_IGN:  # ignored stays ignored (the server compared)
-            previous[signum] = _signal.signal(signum, forward)
+    try:
+        for signum in FORWARDED:
+            if _signal.getsignal(signum) is not _signal.SIG_IGN:  # ignored stays ignored (the server compared)
+                previous[signum] = _signal.signal(signum, forward)
+        sock.send(b"go")  # from here the command is the server's to run
+    except OSError:
+        pass  # the server went at once: said below
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, held)
     try:
         reply = sock.recv(64)
     except OSError:
@@ -166,6 +177,7 @@ def _wait(sock: "_socket.socket") -> int:
         _signal.signal(signum, _signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # ended as the command did
         return 128 + signum
-    os.write(2, b"ccm-guard: error: the warm server went away before the command finished; see "
-                b"`ccm-guard server status`, or set CCM_GUARD_NO_SERVER=1 to run commands without it\n")
+    os.write(2, b"ccm-guard: error: the warm server went away before the command finished (it may not have "
+                b"begun): see `ccm-guard task list`, and `ccm-guard server status`; CCM_GUARD_NO_SERVER=1 runs "
+                b"commands without it\n")
     return KILLED

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
 import functools
 import threading
 import importlib
@@ -37,6 +38,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from ccm_guard import caller
 from ccm_guard.warm.client import FORWARDED, KILLED, MAX_REQUEST, PACKAGE, SO_PEERPIDFD, socket_name
 
 # Lines of /proc/<pid>/status a client must share with the server.
@@ -44,9 +46,11 @@ _STATUS = (b"Uid", b"Gid", b"Groups", b"NoNewPrivs", b"Seccomp", b"SigBlk", b"Si
            b"CapEff", b"CapBnd", b"CapAmb", b"Cpus_allowed_list", b"Mems_allowed_list")
 _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 # Variables the interpreter's start reads (the streams' encoding, the import path), and
-# the state home the socket's name is made of.
-_START_VARIABLES = (b"PYTHON", b"LC_", b"LANG", b"CCM_GUARD_HOME")
+# those the socket's name is made of (the state home, and the home it defaults under).
+_START_PREFIXES = (b"PYTHON", b"LC_", b"LANG")
+_START_NAMES = (b"CCM_GUARD_HOME", b"HOME")
 _PR_SET_PDEATHSIG = 1
+_STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what stops the server
 PENDING_SECONDS = 2.0  # a client that connected and sent nothing for this long is dropped
 
 
@@ -64,6 +68,7 @@ class Profile:
     cgroup: bytes
     namespaces: tuple[str, ...]
     root: tuple[int, int]  # its root directory (a chroot), by device and inode
+    label: bytes  # its security label (AppArmor, SELinux), where a module sets one
     scheduling: tuple[bytes, ...]  # nice, real-time priority, policy, I/O priority, OOM score
     tty: bytes  # its controlling terminal (0: none)
     umask: int  # taken by the child, not compared
@@ -72,8 +77,8 @@ class Profile:
         """What of `other` differs, or None."""
         for key, mine, theirs in zip(_STATUS, self.status, other.status):
             if mine != theirs:
-                return f"its {key.decode()} differs from the server's"
-        for name in ("limits", "cgroup", "namespaces", "root", "scheduling"):
+                return f"its {key.decode()} differs from the server's ({theirs.decode()}; the server's {mine.decode()})"
+        for name in ("limits", "cgroup", "namespaces", "root", "label", "scheduling"):
             if getattr(self, name) != getattr(other, name):
                 return f"its {name} differ(s) from the server's"
         return "it has a controlling terminal" if other.tty != b"0" else None
@@ -87,9 +92,16 @@ def read_profile(pid: int) -> Profile:
     return Profile(pid=pid, status=tuple(lines.get(key, b"").strip() for key in _STATUS), limits=_read(f"{proc}/limits"),
                    cgroup=_read(f"{proc}/cgroup"),
                    namespaces=tuple(os.readlink(f"{proc}/ns/{ns}") for ns in _NAMESPACES),
-                   root=(root.st_dev, root.st_ino),
+                   root=(root.st_dev, root.st_ino), label=_label(proc),
                    scheduling=(stat[16], stat[37], stat[38], b"%d" % _io_priority(pid), _read(f"{proc}/oom_score_adj")),
                    tty=stat[4], umask=int(lines.get(b"Umask", b"0022").strip(), 8))
+
+
+def _label(proc: str) -> bytes:
+    try:
+        return _read(f"{proc}/attr/current")
+    except OSError:  # no security module that labels processes
+        return b""
 
 
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "riscv64": 31}  # the syscall's number
@@ -116,24 +128,30 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def install_fingerprint() -> tuple[tuple[str, int, int], ...]:
-    """Every file of the installed package (modules, and the hook template and shim some
-    read at import), by name, size and mtime: a server must not go on serving code that
-    was replaced under it. A source checkout keeps hooks/ and shims/ beside the package."""
-    found, todo = [], [PACKAGE, *(os.path.join(os.path.dirname(PACKAGE), d) for d in ("hooks", "shims"))]
-    while todo:
+def code_files() -> tuple[str, ...]:
+    """Every file the server's code came from: each loaded module's (ccm-guard's, click's,
+    the standard library's) and the hook template and shim, which a module reads at import."""
+    files = {f for module in list(sys.modules.values())
+             if isinstance(f := getattr(module, "__file__", None), str)}
+    for data in ("hooks", "shims"):  # inside the package when installed, beside it in a checkout
+        for where in (os.path.join(PACKAGE, data), os.path.join(os.path.dirname(PACKAGE), data)):
+            with contextlib.suppress(OSError):
+                files.update(entry.path for entry in os.scandir(where) if entry.is_file())
+    return tuple(sorted(files))
+
+
+def fingerprint(files: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
+    """The files by identity, size and mtime (-1s: gone): code replaced under the server
+    (an upgrade of ccm-guard or of click) must not go on being served."""
+    found = []
+    for path in files:
         try:
-            listing = list(os.scandir(todo.pop()))
-        except FileNotFoundError:
-            continue
-        for entry in listing:
-            if entry.is_dir(follow_symlinks=False):
-                if entry.name != "__pycache__":
-                    todo.append(entry.path)
-            else:
-                st = entry.stat(follow_symlinks=False)
-                found.append((entry.path, st.st_size, st.st_mtime_ns))
-    return tuple(sorted(found))
+            st = os.stat(path)
+        except OSError:
+            found.append((-1, -1, -1))
+        else:
+            found.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
 
 
 @dataclass
@@ -168,7 +186,7 @@ def _counted(fields: list[bytes]) -> tuple[list[bytes], list[bytes]]:
 
 
 def _start_variables(env: dict[bytes, bytes]) -> dict[bytes, bytes]:
-    return {k: v for k, v in env.items() if k.startswith(_START_VARIABLES)}
+    return {k: v for k, v in env.items() if k.startswith(_START_PREFIXES) or k in _START_NAMES}
 
 
 @dataclass
@@ -189,7 +207,10 @@ class Server:
     log: int  # the log's descriptor (O_APPEND): a line is one write, and nothing is buffered at a fork
     listener: socket.socket
     profile: Profile = field(init=False)
-    fingerprint: tuple[tuple[str, int, int], ...] = field(init=False)
+    code: tuple[str, ...] = field(init=False)
+    ignored: set[int] = field(init=False)  # of the signals it handles, those ignored where it started
+    spare: int = field(init=False)  # a descriptor kept to be given up at EMFILE
+    fingerprint: tuple[tuple[int, int, int], ...] = field(init=False)
     interpreter: tuple[bytes, bytes, bytes] = field(init=False)
     variables: dict[bytes, bytes] = field(init=False)
     children: dict[int, Served] = field(default_factory=dict)  # by pidfd
@@ -210,15 +231,22 @@ class Server:
         self.interpreter = (mine[1], mine[2], mine[3])
         self.variables = _start_variables(dict(os.environb))
         self.profile = read_profile(os.getpid())
-        self.fingerprint = install_fingerprint()
+        self.code = code_files()
+        self.fingerprint = fingerprint(self.code)
+        # Ignored where the server started (and so by its clients: the profiles match):
+        # put back in each child. The server itself must reap its children.
+        self.ignored = {signum for signum in (*_STOPPING, signal.SIGCHLD) if signal.getsignal(signum) is signal.SIG_IGN}
+        self.spare = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)  # given up to refuse a client at EMFILE
 
     # --- the loop ---------------------------------------------------------------------------
 
     def loop(self) -> None:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, lambda *_: None)  # the wake-up pipe says it; the loop stops
+        for signum in _STOPPING:
+            if signum not in self.ignored:  # (started by nohup, or as a background job)
+                signal.signal(signum, lambda *_: None)  # the wake-up pipe says it; the loop stops
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # ignored, the kernel would reap them: no exit code to hand on
         self.pipe = (wake_r, wake_w)
         self.poller = select.poll()
         self.poller.register(self.listener, select.POLLIN)
@@ -234,6 +262,7 @@ class Server:
                     self.event(fd, mask, wake_r)
                 except Exception:  # noqa: BLE001 - the loop must go on: its running commands die with it
                     self.say(f"error: {traceback.format_exc()}")
+                    self.forget_fd(fd)  # not to be woken by it again and again
             for fd, (conn, deadline) in list(self.pending.items()):
                 if deadline <= now:  # connected and sent nothing: no one waits for it
                     del self.pending[fd]
@@ -255,6 +284,23 @@ class Server:
             self.ended(self.children[fd])
         elif fd in self.waiting:
             self.from_client(self.waiting[fd], mask)
+
+    def forget_fd(self, fd: int) -> None:
+        """After an event of `fd` failed: it is no longer watched (a child's end is then
+        never handed on: its client says the server went away)."""
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(fd)
+        pending = self.pending.pop(fd, None)
+        if pending is not None:
+            pending[0].close()
+        served = self.children.pop(fd, None)
+        if served is not None:  # its end could not be handled
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        else:
+            served = self.waiting.get(fd)
+        if served is not None:
+            self.forget_client(served)
 
     def timeout_ms(self) -> float | None:
         """How long the loop may sleep: until the first pending client is given up, or
@@ -284,11 +330,26 @@ class Server:
         one that does not must hold up no one)."""
         try:
             conn, _ = self.listener.accept()
-        except OSError:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self.refuse_one(exc.strerror or "no descriptor left")
             return
         conn.setblocking(False)
         self.pending[conn.fileno()] = (conn, time.monotonic() + PENDING_SECONDS)
         self.poller.register(conn, select.POLLIN)
+
+    def refuse_one(self, why: str) -> None:
+        """Out of descriptors: the spare one is given up to take the client off the queue
+        and refuse it (it runs the command itself), or the listener stays readable and the
+        loop would spin."""
+        os.close(self.spare)
+        try:
+            with contextlib.suppress(OSError):
+                conn, _ = self.listener.accept()
+                with conn:
+                    conn.send(f"refused {why}".encode())
+        finally:
+            self.spare = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
 
     def take(self, conn: socket.socket) -> None:
         """A pending client's request (or its hang-up): answered now, or a child started."""
@@ -353,7 +414,7 @@ class Server:
             raise ValueError("another interpreter, or another import path")
         if _start_variables(request.env) != self.variables:
             raise ValueError("the interpreter's or the state home's variables differ")
-        if install_fingerprint() != self.fingerprint:
+        if fingerprint(self.code) != self.fingerprint:
             self.say("the installed package changed: leaving")
             self.stop()
             raise ValueError("the installed package changed since the server started")
@@ -373,7 +434,7 @@ class Server:
             os.close(go_w)
             raise  # declined: nothing ran
         if pid == 0:
-            self.become(parent, conn, request, fds, client.umask, go_r, go_w)  # never returns
+            self.become(parent, conn, request, fds, client, go_r, go_w)  # never returns
         os.close(go_r)
         try:
             pidfd = os.pidfd_open(pid)
@@ -436,7 +497,10 @@ class Server:
             served.conn = None
 
     def ended(self, served: Served) -> None:
-        _, status = os.waitpid(served.pid, 0)
+        try:
+            _, status = os.waitpid(served.pid, 0)
+        except ChildProcessError:  # reaped by someone else: its end is unknown, and not handed on
+            status = None
         self.poller.unregister(served.pidfd)
         os.close(served.pidfd)
         del self.children[served.pidfd]
@@ -444,6 +508,10 @@ class Server:
             os.close(served.go)
             served.go = None
         self.last = time.monotonic()
+        if status is None:
+            self.say(f"command {served.pid} for client {served.client}: its end unknown")
+            self.forget_client(served)
+            return
         reply = b"signal %d" % os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
             b"exit %d" % os.waitstatus_to_exitcode(status)
         self.say(f"command {served.pid} for client {served.client}: {reply.decode()}"
@@ -456,7 +524,7 @@ class Server:
 
     # --- the child ----------------------------------------------------------------------------
 
-    def become(self, parent: int, conn: socket.socket, request: Request, fds: list[int], umask: int,
+    def become(self, parent: int, conn: socket.socket, request: Request, fds: list[int], client: Profile,
                go_r: int, go_w: int) -> None:
         """In the child: drop the server's descriptors and handlers, wait for the client's
         "go" (without it the command never begins, and the client runs it itself), take
@@ -468,7 +536,7 @@ class Server:
                 if os.read(go_r, 1) != b"g":
                     os._exit(KILLED)  # the client went its own way: nothing ran
                 os.close(go_r)
-                self._take_the_client(request, fds, umask)
+                self._take_the_client(request, fds, client)
             except BaseException:  # noqa: BLE001 - nothing of the command has run: say so, and leave
                 with contextlib.suppress(Exception):
                     os.write(2, f"ccm-guard: error: the warm server could not start the command: "
@@ -493,23 +561,28 @@ class Server:
         for other, _ in self.pending.values():
             other.close()
         self.listener.close()
+        os.close(self.spare)
         signal.set_wakeup_fd(-1)
         for fd in self.pipe:
             os.close(fd)
         if self.log > 2:
             os.close(self.log)
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in _STOPPING:  # as the interpreter leaves them: ignored stays ignored (as the client's)
+            if signum not in self.ignored:
+                signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        if signal.SIGCHLD in self.ignored:
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 
     @staticmethod
-    def _take_the_client(request: Request, fds: list[int], umask: int) -> None:
+    def _take_the_client(request: Request, fds: list[int], client: Profile) -> None:
+        os.setsid()  # no terminal of the server's (one run in the foreground has one), nor its group
+        caller.CLIENT = client.pid  # the person's processes are found from the client (agent.processes)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         os.fchdir(fds[3])
         for fd in fds:
             os.close(fd)
-        os.umask(umask)
+        os.umask(client.umask)
         os.environb.clear()
         os.environb.update(request.env)
         time.tzset()  # the C library read TZ once, in the server

@@ -366,3 +366,84 @@ def test_a_log_that_cannot_be_written_stops_no_command(tmp_path: Path, repo: Pat
     finally:
         ccm("server", "stop", cwd=tmp_path)
         wait_for(lambda: not alive(pid), 10)
+
+
+def _as_a_background_job() -> None:
+    """What a shell without job control does to `cmd &`, and nohup to SIGHUP."""
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def test_what_the_server_and_its_clients_ignore_stays_ignored(repo: Path, tmp_path: Path) -> None:
+    """A server and clients started as background jobs: the server stays through SIGHUP, and
+    an agent sees the same ignored signals served as in its own process."""
+    started = subprocess.run([sys.executable, "-m", "ccm_guard", "server", "start", "--json"], cwd=tmp_path,
+                             capture_output=True, text=True, preexec_fn=_as_a_background_job,
+                             stdin=subprocess.DEVNULL, timeout=60)
+    pid = json.loads(started.stdout)["pid"]
+    try:
+        os.kill(pid, signal.SIGHUP)  # nohup'd: it stays
+        agent = write_agent(tmp_path, 'grep "^SigIgn" /proc/$$/status >&2\n')
+        seen = []
+        for mode, env in (("served", {}), ("here", {"CCM_GUARD_NO_SERVER": "1"})):
+            proc = client("exec", "--json", "--sandbox", "none", "--no-require-commit", "--", str(agent), cwd=repo,
+                          env=env, preexec=_as_a_background_job)
+            code, _, err = finish(proc)
+            assert code == 0 and served(tmp_path, proc.pid) is (mode == "served"), err
+            seen.append([line for line in err.splitlines() if line.startswith("SigIgn")])
+        assert seen[0] == seen[1] and len(seen[0]) == 1
+        ignored = int(seen[0][0].split()[1], 16)
+        assert ignored >> (signal.SIGQUIT - 1) & 1  # the agent's own (ccm-guard sets its SIGINT and SIGHUP)
+        assert alive(pid)
+    finally:
+        ccm("server", "stop", cwd=tmp_path)
+        wait_for(lambda: not alive(pid), 10)
+
+
+def _no_zombies() -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as an orchestrator that never reaps may set it
+
+
+def test_a_server_and_clients_that_ignore_sigchld_still_hand_on_the_exit_code(repo: Path, tmp_path: Path) -> None:
+    started = subprocess.run([sys.executable, "-m", "ccm_guard", "server", "start", "--json"], cwd=tmp_path,
+                             capture_output=True, text=True, preexec_fn=_no_zombies, stdin=subprocess.DEVNULL,
+                             timeout=60)
+    pid = json.loads(started.stdout)["pid"]
+    try:
+        proc = client("task", "show", "nosuch", cwd=repo, preexec=_no_zombies)
+        code, _, err = finish(proc)
+        assert served(tmp_path, proc.pid) and code == 7 and err.count("\n") == 1, err  # not 137, no hang
+        assert "error:" not in log_of(tmp_path)
+    finally:
+        ccm("server", "stop", cwd=tmp_path)
+        wait_for(lambda: not alive(pid), 10)
+
+
+def test_a_served_command_run_inside_a_worktree_is_not_in_its_own_way(repo: Path, tmp_path: Path,
+                                                                       server: dict[str, Any]) -> None:
+    """`task discard` run from inside the task's worktree: the client (and the shell it runs
+    under) are the person's, not processes using the worktree, as when it runs itself."""
+    made = ccm("exec", "--json", "--no-require-commit", "--task", "inside", "--", "true", cwd=repo,
+               env={"CCM_GUARD_NO_SERVER": "1"})
+    worktree = Path(json.loads(made.stdout)["worktree"])
+    proc = client("task", "discard", "inside", "--json", cwd=worktree)
+    code, out, err = finish(proc)
+    assert served(tmp_path, proc.pid) and code == 0, err
+
+
+def test_a_server_command_is_never_served_and_another_home_has_its_own(repo: Path, tmp_path: Path,
+                                                                        server: dict[str, Any]) -> None:
+    status = client("server", "status", "--json", cwd=repo)
+    state = json.loads(finish(status)[1])
+    assert state["pid"] == server["pid"] and not served(tmp_path, status.pid)
+    elsewhere = tmp_path / "other-home"
+    elsewhere.mkdir()
+    other = client("server", "status", "--json", cwd=repo, env={"HOME": str(elsewhere)})
+    assert json.loads(finish(other)[1])["running"] is False  # HOME is part of the name: another server's
+
+
+def test_a_state_home_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")  # a file where the state home's parent would be
+    proc = ccm("server", "start", cwd=tmp_path, env={"CCM_GUARD_HOME": str(tmp_path / "file" / "home")})
+    assert proc.returncode == 7 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("ccm-guard: error: cannot make the state home ")
