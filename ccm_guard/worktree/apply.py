@@ -25,6 +25,7 @@ from ccm_guard import failpoints, git, worktree
 from ccm_guard.errors import ApplyRefused, GitError, RepoError, StateError, UsageError
 from ccm_guard.files import read_regular
 from ccm_guard.git import layout
+from ccm_guard.later import Later
 from ccm_guard.pathrules.check import GITLINK
 from ccm_guard.state.home import admin_lock
 from ccm_guard.state.registry import Registry, Task, in_flight
@@ -81,11 +82,11 @@ def apply_task(registry: Registry, task_id: str, into: str | None = None, strate
                            f"`ccm-guard task show {task.id}`")
     host = layout.host_repo(Path(task.repo))
     head = _judged_head(host, task)
-    _require_sound_store(registry, host, task)
+    store = _store_check(registry, host, task)
     target = resolve_target(host, task, into)
     if target.url:
-        return _apply_remote(registry, task, host, head, target, strategy, retries)
-    return _apply_local(registry, task, host, head, target, strategy)
+        return _apply_remote(registry, task, host, head, target, strategy, retries, store)
+    return _apply_local(registry, task, host, head, target, strategy, store)
 
 
 def _judged_head(host: git.Repo, task: Task) -> str:
@@ -110,27 +111,41 @@ def _judged_head(host: git.Repo, task: Task) -> str:
     return head
 
 
-def _require_sound_store(registry: Registry, host: git.Repo, task: Task) -> None:
-    """Refuse to apply while an object file added since the task began does not hold what
-    its name says: git reads an object by its id from wherever it finds it, so a pack
-    another task's agent forged after this task's gates (its own run fails only when it
-    ends) would put other bytes into the person's checkout. Asked only where another task
-    was at work on the repository since (the person's own objects need no check)."""
+StoreCheck = Later[list[str]] | None  # the object files found forged, once the check has run
+
+
+def _store_check(registry: Registry, host: git.Repo, task: Task) -> StoreCheck:
+    """Start checking that every object file added since the task began holds what its
+    name says: git reads an object by its id from wherever it finds it, so a pack another
+    task's agent forged after this task's gates (its own run fails only when it ends)
+    would put other bytes into the person's checkout. Asked only where another task was at
+    work on the repository since (the person's own objects need no check). It hashes on a
+    thread while git merges, and `_built` waits for it before anything moves."""
     from ccm_guard.detect.objects import forged_since
 
     others = [t for t in registry.at_work(task.repo, since=task.created_at) if t.id != task.id]
     if not others:
-        return
+        return None
     # One that began earlier and has not passed its gates (still at work, or failed) may
     # have forged a file before this task began, which this task's commit then only
     # freshened: from when the first of those began. One that passed had what it wrote
     # judged by the same checks.
     since = min([task.created_at, *(t.created_at for t in others if not _passed(t))])
-    forged = forged_since(host.common_dir / "objects", since, git.object_format(host.common_dir))
-    if forged:
-        raise ApplyRefused(f"{len(forged)} object file(s) written while other tasks were at work do not hold what "
-                           f"their names say ({forged[0]}): another agent may have forged them; find out with `git fsck` "
-                           "(and `ccm-guard task list`: which run was at work), then apply again")
+    objects, form = host.common_dir / "objects", git.object_format(host.common_dir)
+    return Later(lambda: forged_since(objects, since, form))
+
+
+def _built(host: git.Repo, task: Task, head: str, old: str, strategy: str, store: StoreCheck) -> str:
+    """The commit to move the target to (`build`), once the store is known sound: a forged
+    store is said first, even where the merge failed too."""
+    try:
+        return build(host, task, head, old, strategy)
+    finally:
+        forged = store.result() if store is not None else []
+        if forged:
+            raise ApplyRefused(f"{len(forged)} object file(s) written while other tasks were at work do not hold "
+                               f"what their names say ({forged[0]}): another agent may have forged them; find out "
+                               "with `git fsck` (and `ccm-guard task list`: which run was at work), then apply again")
 
 
 def _passed(task: Task) -> bool:
@@ -192,17 +207,19 @@ def build(host: git.Repo, task: Task, head: str, old: str, strategy: str) -> str
 
 
 def _apply_local(registry: Registry, task: Task, host: git.Repo, head: str, target: Target,
-                 strategy: str) -> Applied:
+                 strategy: str, store: StoreCheck) -> Applied:
     for attempt in range(1, MAX_ATTEMPTS + 1):
         old = git.branch_tip(host, target.ref)
         if old is None:
             raise UsageError(f"branch {target.name} does not exist: create it first")
-        new = build(host, task, head, old, strategy)
+        new = _built(host, task, head, old, strategy, store)
+        stats = Later(lambda: git.numstat(host, old, new))  # for the summary, while the checkout is brought along
         intent = {"ref": target.ref, "old": old, "new": new, "strategy": strategy, "pid": os.getpid()}
         moved, checkout = move_target(host, task, target, old, new, f"ccm-guard: apply task {task.id}",
                                       registry=registry, intent=intent, label="apply")
         if moved:
-            return _record(registry, task, host, target, strategy, old, new, attempt, checkout)
+            return _record(registry, task, target, strategy=strategy, old=old, new=new, attempts=attempt,
+                           checkout=checkout, stats=stats.result())
         time.sleep(random.uniform(0, 0.02 * attempt))  # let the winner finish
     raise ApplyRefused(f"{target.name} kept moving: gave up after {MAX_ATTEMPTS} attempts; try again")
 
@@ -251,7 +268,7 @@ def _claimed_elsewhere(task: Task, label: str) -> ApplyRefused:
 
 
 def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, target: Target, strategy: str,
-                  retries: int) -> Applied:
+                  retries: int, store: StoreCheck) -> Applied:
     branch = target.ref.removeprefix("refs/heads/")
     tracking = f"refs/ccm-guard/push/{task.id}"
     assert target.url is not None
@@ -261,14 +278,15 @@ def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, tar
             old = git.fetch_ref(host, target.url, branch, tracking)
             if old is None:
                 raise UsageError(f"{target.url} has no branch {branch}: create it there first")
-            new = build(host, task, head, old, strategy)
+            new = _built(host, task, head, old, strategy, store)
             if not registry.claim_option(task.id, "applying", {"ref": target.ref, "url": target.url, "old": old,
                                                                 "new": new, "strategy": strategy, "pid": os.getpid()},
                                          status="COMMITTED"):
                 raise _claimed_elsewhere(task, "apply")
             push = git.push_ref(host, target.url, new, branch)
             if push is None:
-                return _record(registry, task, host, target, strategy, old, new, attempt, None)
+                return _record(registry, task, target, strategy=strategy, old=old, new=new, attempts=attempt,
+                               checkout=None, stats=git.numstat(host, old, new))
             rejected = push  # somebody pushed first: fetch, rebuild on their tip, retry
             time.sleep(random.uniform(0, 0.05 * attempt))
         registry.set_option(task.id, "applying", None)
@@ -279,9 +297,8 @@ def _apply_remote(registry: Registry, task: Task, host: git.Repo, head: str, tar
             git.drop_ref(host, tracking)
 
 
-def _record(registry: Registry, task: Task, host: git.Repo, target: Target, strategy: str, old: str, new: str,
-            attempts: int, checkout: str | None) -> Applied:
-    stats = git.numstat(host, old, new)
+def _record(registry: Registry, task: Task, target: Target, *, strategy: str, old: str, new: str,
+            attempts: int, checkout: str | None, stats: list[git.FileStat]) -> Applied:
     applied = Applied(
         task=task.id, target=target.name, strategy=strategy, old=old, new=new, files=len(stats),
         insertions=sum(s.added or 0 for s in stats), deletions=sum(s.deleted or 0 for s in stats),
@@ -320,8 +337,9 @@ def reconcile(registry: Registry, task: Task) -> str | None:
         return "an interrupted apply did not land; the target is unchanged"
     target = Target(pending["ref"], pending.get("url"))
     checkout = None if target.url else catch_up_checkout(host, task, target, pending["old"], pending["new"], tip)
-    _record(registry, task, host, target, pending.get("strategy", "merge"), pending["old"], pending["new"], 1,
-            checkout[0] if checkout else None)
+    _record(registry, task, target, strategy=pending.get("strategy", "merge"), old=pending["old"], new=pending["new"],
+            attempts=1, checkout=checkout[0] if checkout else None,
+            stats=git.numstat(host, pending["old"], pending["new"]))
     found = f"an interrupted apply had landed on {target.name} as {pending['new'][:12]}; recorded it as APPLIED"
     return found + (f"; {checkout[1]}" if checkout else "")
 
