@@ -286,21 +286,36 @@ class Server:
             self.from_client(self.waiting[fd], mask)
 
     def forget_fd(self, fd: int) -> None:
-        """After an event of `fd` failed: it is no longer watched (a child's end is then
-        never handed on: its client says the server went away)."""
+        """After an event of a client's or a child's `fd` failed: it is no longer watched,
+        and its command goes (killed, as when its client goes away: its client says the
+        server went away). The listener and the wake-up pipe are never forgotten."""
+        pending = self.pending.pop(fd, None)
+        served = self.children.get(fd) or self.waiting.get(fd)
+        if pending is None and served is None:
+            return
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(fd)
-        pending = self.pending.pop(fd, None)
         if pending is not None:
             pending[0].close()
-        served = self.children.pop(fd, None)
-        if served is not None:  # its end could not be handled
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        else:
-            served = self.waiting.get(fd)
         if served is not None:
             self.forget_client(served)
+            self.forget_child(served)
+
+    def forget_child(self, served: Served) -> None:
+        """A child no longer watched: killed and reaped here, its descriptors closed."""
+        if self.children.pop(served.pidfd, None) is None:
+            return
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(served.pidfd)
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(served.pidfd, signal.SIGKILL)
+            os.waitpid(served.pid, 0)
+        for fd in (served.pidfd, served.go):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        served.go = None
+        self.say(f"command {served.pid} for client {served.client}: killed (it could not be watched)")
 
     def timeout_ms(self) -> float | None:
         """How long the loop may sleep: until the first pending client is given up, or
@@ -315,7 +330,8 @@ class Server:
         the running ones are seen to their end."""
         if not self.stopping:
             self.stopping = True
-            self.poller.unregister(self.listener)
+            with contextlib.suppress(KeyError, ValueError):
+                self.poller.unregister(self.listener)
             self.listener.close()
 
     def say(self, text: str) -> None:
@@ -342,14 +358,22 @@ class Server:
         """Out of descriptors: the spare one is given up to take the client off the queue
         and refuse it (it runs the command itself), or the listener stays readable and the
         loop would spin."""
-        os.close(self.spare)
+        if self.spare >= 0:
+            os.close(self.spare)
         try:
-            with contextlib.suppress(OSError):
+            try:
                 conn, _ = self.listener.accept()
-                with conn:
+            except OSError:
+                time.sleep(0.01)  # the whole system is out of them: spinning would not help it
+            else:
+                with conn, contextlib.suppress(OSError):
                     conn.send(f"refused {why}".encode())
+                self.say(f"refused a client: {why}")
         finally:
-            self.spare = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self.spare = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self.spare = -1  # another process took the slot: tried again at the next EMFILE
 
     def take(self, conn: socket.socket) -> None:
         """A pending client's request (or its hang-up): answered now, or a child started."""
@@ -476,7 +500,8 @@ class Server:
         word, _, number = message.partition(b" ")
         if served.go is not None:
             if message == b"go":
-                os.write(served.go, b"g")
+                with contextlib.suppress(BrokenPipeError):  # it died before: its end is handed on as any
+                    os.write(served.go, b"g")
             else:
                 self.forget_client(served)
             os.close(served.go)  # unsaid, the child reads the end of the pipe and leaves
@@ -492,7 +517,8 @@ class Server:
     def forget_client(self, served: Served) -> None:
         if served.conn is not None:
             self.waiting.pop(served.conn.fileno(), None)
-            self.poller.unregister(served.conn)
+            with contextlib.suppress(KeyError, ValueError):  # (forget_fd may have unregistered it)
+                self.poller.unregister(served.conn)
             served.conn.close()
             served.conn = None
 
@@ -561,7 +587,8 @@ class Server:
         for other, _ in self.pending.values():
             other.close()
         self.listener.close()
-        os.close(self.spare)
+        if self.spare >= 0:
+            os.close(self.spare)
         signal.set_wakeup_fd(-1)
         for fd in self.pipe:
             os.close(fd)

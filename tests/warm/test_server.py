@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -447,3 +448,82 @@ def test_a_state_home_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     proc = ccm("server", "start", cwd=tmp_path, env={"CCM_GUARD_HOME": str(tmp_path / "file" / "home")})
     assert proc.returncode == 7 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("ccm-guard: error: cannot make the state home ")
+
+
+_REQUEST = """
+import sys
+sys.argv = ["ccm-guard", "--version"]
+from ccm_guard.warm.client import request_fields
+sys.stdout.buffer.write(b"\\0".join(request_fields()))
+"""
+
+
+def test_a_child_gone_before_its_go_costs_the_server_nothing(repo: Path, tmp_path: Path,
+                                                              server: dict[str, Any]) -> None:
+    """The child killed between "started" and the client's "go" (the server's write of go
+    then fails): that command is reported or dropped, and the server serves on."""
+    request = subprocess.run([sys.executable, "-c", _REQUEST], cwd=repo, capture_output=True, check=True,
+                             timeout=60).stdout
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock, open(os.devnull, "rb+") as null:
+        sock.connect(warm_socket_name(repo))
+        sock.settimeout(10)
+        cwd = os.open(str(repo), os.O_RDONLY)
+        socket.send_fds(sock, [request], [null.fileno(), null.fileno(), null.fileno(), cwd])
+        os.close(cwd)
+        assert sock.recv(64) == b"started", log_of(tmp_path)
+        children = Path(f"/proc/{server['pid']}/task/{server['pid']}/children").read_text().split()
+        assert len(children) == 1
+        # The server held still, so that it meets the "go" (its client's descriptor is the
+        # lower: handled first) with the child already dead and not yet reaped.
+        os.kill(server["pid"], signal.SIGSTOP)
+        try:
+            os.kill(int(children[0]), signal.SIGKILL)
+            assert wait_for(lambda: not alive(int(children[0])))
+            sock.send(b"go")
+        finally:
+            os.kill(server["pid"], signal.SIGCONT)
+        try:
+            ended = sock.recv(64)
+        except ConnectionResetError:  # it closed with our "go" unread
+            ended = b""
+        assert ended in (b"", b"signal 9")
+    proc = client("task", "list", cwd=repo)
+    assert finish(proc)[0] == 0 and served(tmp_path, proc.pid) and alive(server["pid"])
+
+
+def test_a_client_or_child_that_cannot_be_watched_is_let_go_once(tmp_path: Path) -> None:
+    """The loop's last resort (an event whose handling failed): the command is killed and
+    reaped, its descriptors closed, and forgetting it twice, or by its other descriptor,
+    is no error; the listener is never forgotten."""
+    from ccm_guard.warm.server import Served, Server
+
+    log = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(b"\0ccm-guard-test-" + str(os.getpid()).encode())
+    listener.listen(1)
+    server = Server(run=lambda: None, idle=60, log=log, listener=listener)
+    server.poller = select.poll()
+    server.poller.register(listener, select.POLLIN)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    go_r, go_w = os.pipe()
+    os.close(go_r)
+    served = Served(pid=pid, pidfd=os.pidfd_open(pid), conn=ours, client=os.getpid(), go=go_w)
+    server.children[served.pidfd] = served
+    server.waiting[ours.fileno()] = served
+    server.poller.register(served.pidfd, select.POLLIN)
+    server.poller.register(ours, select.POLLIN)
+    pidfd = served.pidfd
+    server.forget_fd(ours.fileno())
+    server.forget_fd(pidfd)
+    server.forget_fd(listener.fileno())
+    assert not alive(pid) and not server.children and not server.waiting and served.go is None
+    assert theirs.recv(64) == b""  # its client hears the end: it says the server went away
+    assert listener.fileno() >= 0 and "killed (it could not be watched)" in (tmp_path / "log").read_text()
+    listener.close()
+    theirs.close()
+    os.close(server.spare)
+    os.close(log)
