@@ -4,11 +4,14 @@ arguments and import path) and runs the command line's entry as the command woul
 
 What a child cannot take from its client, the client must already share with the server,
 or the command is declined and runs in the client as ever: the user, capabilities, the
-confinement (`NoNewPrivs`, seccomp), ignored and blocked signals, resource limits, cgroup,
-namespaces, CPU and memory placement, nice value and OOM score, read from /proc through
-the peer's pidfd; the interpreter, its version, flags and every entry of its import path
-past the first; the variables the interpreter's start reads (PYTHON*, LC_*, LANG) and the
-state home. No terminal: the client keeps those commands (client.py).
+confinement (`NoNewPrivs`, seccomp, a security label), ignored and blocked signals,
+resource limits, cgroup, namespaces, root, CPU and memory placement, scheduling, read
+from /proc through the peer's pidfd; the interpreter, its version, flags, personality and
+every entry of its import path past the first; the variables the interpreter's start
+reads (PYTHON*, LC_*, LANG), HOME and the state home; and the code: every file a loaded
+module came from, unchanged since the server started. No terminal: the client keeps
+those commands (client.py). A command begins only on its client's "go", after the
+server said "started": until then the client may run it itself, and never twice.
 
 The server runs nothing but imports before it forks, and is single-threaded (a thread
 holding a lock at a fork would leave the child stuck on it). A child dies with the
@@ -25,7 +28,6 @@ import contextlib
 import ctypes
 import errno
 import functools
-import threading
 import importlib
 import json
 import os
@@ -33,6 +35,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
