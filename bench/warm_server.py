@@ -9,6 +9,7 @@ served, or the bench fails: a warm figure that was not served would be a lie.
 
 from __future__ import annotations
 
+import atexit
 import json
 import subprocess
 from pathlib import Path
@@ -20,18 +21,27 @@ CLIENT_START = "import re, sys\nfrom ccm_guard.__main__ import main\nfrom ccm_gu
 
 
 class WarmServer:
-    """A server for `env`'s state home, started now; `served()` counts what it ran."""
+    """A server for `env`'s state home, started now and stopped at the latest when the
+    bench exits (a failed bench must not leave it idling); `command` is ccm-guard's argv
+    (the console script, or the interpreter with `-m ccm_guard`)."""
 
-    def __init__(self, ccm: str, env: dict[str, str]) -> None:
-        self.ccm, self.env = ccm, env
+    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+        self.command, self.env = command, env
         state = self._ask("start", "--idle", "900")
         if not state.get("running"):
             raise RuntimeError(f"the warm server did not start: {state}")
         self.pid, self.expected = int(state["pid"]), int(state["served"])
+        atexit.register(self.stop)
+
+    def client_start(self) -> list[str]:
+        """The least a served command costs: ccm-guard's interpreter starting, and the
+        installed command's first step (what its console script imports)."""
+        python = self.command[0] if len(self.command) > 1 else str(Path(self.command[0]).with_name("python3"))
+        return [python, "-c", CLIENT_START]
 
     def _ask(self, *args: str) -> dict[str, object]:
-        proc = subprocess.run([self.ccm, "server", *args, "--json"], env={**self.env, **OFF}, capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.run([*self.command, "server", *args, "--json"], env={**self.env, **OFF},
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
         try:
             return dict(json.loads(proc.stdout))
         except ValueError:
@@ -49,8 +59,5 @@ class WarmServer:
                                f"{Path(self.env['CCM_GUARD_HOME']) / 'server.log'})")
 
     def stop(self) -> None:
+        """Stopped (again: then there is none to stop)."""
         self._ask("stop")
-
-
-def client_start(python: str) -> list[str]:
-    return [python, "-c", CLIENT_START]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
@@ -78,10 +78,11 @@ def start(idle: float, as_json: bool) -> None:
                              "directory you can write") from exc
         proc = subprocess.Popen([sys.executable, "-m", "ccm_guard", "server", "run", "--idle", str(idle),
                                  "--log", str(log)], cwd="/", start_new_session=True, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "CCM_GUARD_NO_SERVER": "1"})
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         state = _wait_ready(proc, log)
         state["started_now"] = state.get("pid") == proc.pid  # or another `start` won the race
+    else:
+        state["started_now"] = False
     _show(state, as_json)
 
 
@@ -118,7 +119,7 @@ def run_server(idle: float, log_path: Path) -> None:
 
     import ccm_guard
     from ccm_guard.cli import run
-    from ccm_guard.warm.server import ServerError, serve
+    from ccm_guard.warm.server import ServerError, log_line, serve
 
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -129,23 +130,35 @@ def run_server(idle: float, log_path: Path) -> None:
                      if m.name != "ccm_guard.__main__"]
             serve(run=run, preload=[*names, "pathspec", "re2", "sqlite3", "hashlib"], idle=idle, log=log)
         except ServerError as exc:
-            _note(log, f"not started: {exc}\n")
+            log_line(log, f"not started: {exc}")
             raise UsageError(str(exc)) from exc
         except Exception as exc:  # the log is all a detached server has: the traceback goes there
-            _note(log, f"{traceback.format_exc()}not started: {exc}\n")
+            log_line(log, f"{traceback.format_exc()}not started: {exc}")
             raise UsageError(f"the warm server failed: {exc}") from exc
     finally:
         os.close(log)
 
 
-def _note(log: int, text: str) -> None:
-    with contextlib.suppress(OSError):
-        os.write(log, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}".encode())
-
-
 def _confined() -> bool:
+    from ccm_guard.warm.client import confined
+
     with open("/proc/self/status", "rb") as f:
-        return b"\nNoNewPrivs:\t0\n" not in f.read()
+        return confined(f.read())
+
+
+@contextlib.contextmanager
+def _connected() -> Iterator[socket.socket | None]:
+    """A connection to whatever listens on the server's name (None: nothing does)."""
+    from ccm_guard.warm.client import socket_name
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC) as sock:
+        try:
+            sock.settimeout(5)  # a name nobody accepts on (a full queue) is refused at once
+            sock.connect(socket_name())
+        except OSError:
+            yield None
+        else:
+            yield sock
 
 
 def _ask(what: bytes) -> dict[str, Any] | None:
@@ -153,13 +166,11 @@ def _ask(what: bytes) -> dict[str, Any] | None:
     to trust: another user's, or a confined process that took the name)."""
     import json
 
-    from ccm_guard.warm.client import socket_name, trusted_peer
+    from ccm_guard.warm.client import trusted_peer
 
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC) as sock:
+    with _connected() as sock:
         try:
-            sock.settimeout(5)  # a name nobody accepts on (a full queue) is refused at once
-            sock.connect(socket_name())
-            if not trusted_peer(sock):
+            if sock is None or not trusted_peer(sock):
                 return None
             sock.send(what)
             reply = sock.recv(4096)
@@ -175,15 +186,10 @@ def _ask(what: bytes) -> dict[str, Any] | None:
 
 def _holder() -> int | None:
     """The pid of whatever listens on the server's name, if anything does."""
-    from ccm_guard.warm.client import socket_name
+    from ccm_guard.warm.client import peer
 
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC) as sock:
-        try:
-            sock.settimeout(5)
-            sock.connect(socket_name())
-        except OSError:
-            return None
-        return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4], sys.byteorder)
+    with _connected() as sock:
+        return None if sock is None else peer(sock)[0]
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:

@@ -38,10 +38,10 @@ MAX_REQUEST = 200_000  # one datagram (the socket's default send buffer is ~208 
 ACK_SECONDS = 1.0  # a server that has not started the command by then is passed by
 
 
-def socket_name(environ: "dict[bytes, bytes] | None" = None) -> bytes:
+def socket_name() -> bytes:
     """The abstract socket of the server for this user, installation and state home (the
     state home defaults to one under $HOME: HOME is part of the name too)."""
-    env = os.environb if environ is None else environ
+    env = os.environb
     key = b"\0".join((os.fsencode(PACKAGE), os.fsencode(sys.executable), env.get(b"CCM_GUARD_HOME", b""),
                       env.get(b"HOME", b"")))
     try:
@@ -67,21 +67,32 @@ def request_fields() -> "list[bytes]":
             b"%d" % len(argv), *argv, b"%d" % len(env), *env, b"%d" % len(path), *path]
 
 
+def peer(sock: "_socket.socket") -> "tuple[int, int]":
+    """The pid and uid of the process at the other end (as of its connect or listen)."""
+    cred = sock.getsockopt(1, SO_PEERCRED, 12)  # SOL_SOCKET; struct ucred: pid, uid, gid
+    return int.from_bytes(cred[0:4], sys.byteorder), int.from_bytes(cred[4:8], sys.byteorder)
+
+
 def trusted_peer(sock: "_socket.socket") -> bool:
     """The server is this user's, not in a sandbox and not stopped; read through its
     pidfd, so that a process that died and left its pid to another cannot pass for it."""
-    cred = sock.getsockopt(1, SO_PEERCRED, 12)  # SOL_SOCKET
-    if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+    pid, uid = peer(sock)
+    if uid != os.getuid():
         return False
     pidfd = sock.getsockopt(1, SO_PEERPIDFD)
     try:
-        pid = int.from_bytes(cred[0:4], sys.byteorder)
         with open(f"/proc/{pid}/status", "rb") as status:
             text = status.read()
         _signal.pidfd_send_signal(pidfd, 0)  # still the process the pidfd names: ESRCH otherwise
-        return b"\nNoNewPrivs:\t0\n" in text and b"\nState:\tT" not in text and b"\nState:\tt" not in text
+        return not confined(text) and b"\nState:\tT" not in text and b"\nState:\tt" not in text
     finally:
         os.close(pidfd)
+
+
+def confined(status: bytes) -> bool:
+    """Whether a process, by its /proc/<pid>/status, is in a sandbox: every one sets
+    no_new_privs (Landlock needs it)."""
+    return b"\nNoNewPrivs:\t0\n" not in status
 
 
 def _not_for_a_server() -> bool:

@@ -42,7 +42,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ccm_guard import caller
-from ccm_guard.warm.client import FORWARDED, KILLED, MAX_REQUEST, PACKAGE, SO_PEERPIDFD, socket_name
+from ccm_guard.warm.client import (
+    FORWARDED,
+    KILLED,
+    MAX_REQUEST,
+    PACKAGE,
+    SO_PEERPIDFD,
+    peer,
+    request_fields,
+    socket_name,
+)
 
 # Lines of /proc/<pid>/status a client must share with the server.
 _STATUS = (b"Uid", b"Gid", b"Groups", b"NoNewPrivs", b"Seccomp", b"SigBlk", b"SigIgn", b"CapInh", b"CapPrm",
@@ -55,6 +64,13 @@ _START_NAMES = (b"CCM_GUARD_HOME", b"HOME")
 _PR_SET_PDEATHSIG = 1
 _STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what stops the server
 PENDING_SECONDS = 2.0  # a client that connected and sent nothing for this long is dropped
+
+
+def log_line(log: int, text: str) -> None:
+    """A line in the server's log (one write on its append-only descriptor); a log that
+    cannot be written (a full disk) stops nothing."""
+    with contextlib.suppress(OSError, ValueError):
+        os.write(log, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n".encode())
 
 
 class ServerError(Exception):
@@ -228,8 +244,6 @@ class Server:
     pipe: tuple[int, int] = field(init=False)  # the signals' wake-up pipe
 
     def __post_init__(self) -> None:
-        from ccm_guard.warm.client import request_fields
-
         mine = request_fields()
         self.interpreter = (mine[1], mine[2], mine[3])
         self.variables = _start_variables(dict(os.environb))
@@ -262,7 +276,7 @@ class Server:
                 self.stop()
             for fd, mask in events:
                 try:
-                    self.event(fd, mask, wake_r)
+                    self.event(fd, mask)
                 except Exception:  # noqa: BLE001 - the loop must go on: its running commands die with it
                     self.say(f"error: {traceback.format_exc()}")
                     self.forget_fd(fd)  # not to be woken by it again and again
@@ -273,10 +287,10 @@ class Server:
                     conn.close()
                     self.say(f"dropped a client that sent nothing within {PENDING_SECONDS:.0f} s")
 
-    def event(self, fd: int, mask: int, wake_r: int) -> None:
-        if fd == wake_r:
+    def event(self, fd: int, mask: int) -> None:
+        if fd == self.pipe[0]:
             with contextlib.suppress(OSError):
-                os.read(wake_r, 512)
+                os.read(fd, 512)
             self.say("signalled: leaving once the running commands end")
             self.stop()
         elif fd == self.listener.fileno():
@@ -306,19 +320,24 @@ class Server:
 
     def forget_child(self, served: Served) -> None:
         """A child no longer watched: killed and reaped here, its descriptors closed."""
-        if self.children.pop(served.pidfd, None) is None:
+        if served.pidfd not in self.children:
             return
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(served.pidfd)
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(served.pidfd, signal.SIGKILL)
             os.waitpid(served.pid, 0)
+        self.release(served)
+        self.say(f"command {served.pid} for client {served.client}: killed (it could not be watched)")
+
+    def release(self, served: Served) -> None:
+        """A reaped child's place in the loop: its pidfd and its pipe of "go"."""
+        del self.children[served.pidfd]
+        with contextlib.suppress(KeyError, ValueError):
+            self.poller.unregister(served.pidfd)
         for fd in (served.pidfd, served.go):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         served.go = None
-        self.say(f"command {served.pid} for client {served.client}: killed (it could not be watched)")
 
     def timeout_ms(self) -> float | None:
         """How long the loop may sleep: until the first pending client is given up, or
@@ -338,9 +357,7 @@ class Server:
             self.listener.close()
 
     def say(self, text: str) -> None:
-        """A line in the log; a log that cannot be written (a full disk) stops nothing."""
-        with contextlib.suppress(OSError, ValueError):
-            os.write(self.log, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {text}\n".encode())
+        log_line(self.log, text)
 
     # --- a client ---------------------------------------------------------------------------
 
@@ -400,12 +417,12 @@ class Server:
     def receive(self, conn: socket.socket) -> tuple[list[bytes], list[int], Profile]:
         """The request's fields and fds, from a client that is this user's, and its
         profile (OSError/ValueError otherwise, with the fds closed)."""
-        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+        pid, uid = peer(conn)
+        if uid != os.getuid():
             raise ValueError("another user")
         pidfd = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
         try:
-            client = read_profile(int.from_bytes(cred[0:4], sys.byteorder))
+            client = read_profile(pid)
             signal.pidfd_send_signal(pidfd, 0)  # the profile read was the peer's, not a successor's
         finally:
             os.close(pidfd)
@@ -423,8 +440,7 @@ class Server:
         if fields[0] == b"status":
             return json.dumps({"pid": os.getpid(), "started": self.started, "served": self.served,
                                "commands_running": len(self.children), "idle_seconds": self.idle,
-                               "package": PACKAGE, "python": sys.executable,
-                               "socket": socket_name()[1:].decode()})  # abstract: after its NUL
+                               "package": PACKAGE, "python": sys.executable})
         if fields[0] == b"stop":
             self.say("asked to stop")
             self.stop()
@@ -530,12 +546,7 @@ class Server:
             _, status = os.waitpid(served.pid, 0)
         except ChildProcessError:  # reaped by someone else: its end is unknown, and not handed on
             status = None
-        self.poller.unregister(served.pidfd)
-        os.close(served.pidfd)
-        del self.children[served.pidfd]
-        if served.go is not None:
-            os.close(served.go)
-            served.go = None
+        self.release(served)
         self.last = time.monotonic()
         if status is None:
             self.say(f"command {served.pid} for client {served.client}: its end unknown")

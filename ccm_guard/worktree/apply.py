@@ -139,13 +139,20 @@ def _built(host: git.Repo, task: Task, head: str, old: str, strategy: str, store
     """The commit to move the target to (`build`), once the store is known sound: a forged
     store is said first, even where the merge failed too."""
     try:
-        return build(host, task, head, old, strategy)
-    finally:
-        forged = store.result() if store is not None else []
-        if forged:
-            raise ApplyRefused(f"{len(forged)} object file(s) written while other tasks were at work do not hold "
-                               f"what their names say ({forged[0]}): another agent may have forged them; find out "
-                               "with `git fsck` (and `ccm-guard task list`: which run was at work), then apply again")
+        new = build(host, task, head, old, strategy)
+    except Exception:  # (not a Ctrl-C: that does not wait for the hashing)
+        _require_sound(store)
+        raise
+    _require_sound(store)
+    return new
+
+
+def _require_sound(store: StoreCheck) -> None:
+    forged = store.result() if store is not None else []
+    if forged:
+        raise ApplyRefused(f"{len(forged)} object file(s) written while other tasks were at work do not hold "
+                           f"what their names say ({forged[0]}): another agent may have forged them; find out "
+                           "with `git fsck` (and `ccm-guard task list`: which run was at work), then apply again")
 
 
 def _passed(task: Task) -> bool:

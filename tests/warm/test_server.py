@@ -28,6 +28,7 @@ import pytest
 from conftest import ROOT, alive, ccm, git, warm_socket_name, write_agent
 
 from ccm_guard.prevent import sandbox
+from ccm_guard.warm.client import MAX_REQUEST
 
 pytestmark = pytest.mark.skipif(sandbox.abi() < 6, reason="the warm server needs Landlock ABI 6 (this kernel: "
                                                           f"{sandbox.describe()})")
@@ -139,8 +140,10 @@ def test_a_client_the_server_cannot_become_runs_its_command_itself(repo: Path, t
     code, out, err = finish(proc)
     assert code == 0 and json.loads(out)["tasks"] == [], err
     assert not served(tmp_path, proc.pid)
-    if reason is not None:  # another home is another server's name: this one never heard of it
-        refused = [line for line in log_of(tmp_path).splitlines() if " refused " in line]
+    refused = [line for line in log_of(tmp_path).splitlines() if " refused " in line]
+    if reason is None:  # another home is another server's name: this one never heard of it
+        assert not refused, log_of(tmp_path)
+    else:
         assert refused and reason in refused[-1], log_of(tmp_path)
 
 
@@ -192,7 +195,7 @@ def test_a_killed_server_ends_its_commands_and_says_so(repo: Path, tmp_path: Pat
 def test_start_status_stop_and_idle(tmp_path: Path) -> None:
     first = json.loads(ccm("server", "start", "--idle", "1.5", "--json", cwd=tmp_path).stdout)
     again = json.loads(ccm("server", "start", "--json", cwd=tmp_path).stdout)
-    assert again["pid"] == first["pid"] and "started_now" not in again
+    assert again["pid"] == first["pid"] and again["started_now"] is False
     shown = ccm("server", "status", cwd=tmp_path).stdout
     assert shown.startswith(f"warm server {first['pid']}: up ")
     assert wait_for(lambda: not alive(first["pid"]), 10), "an idle server stays"
@@ -233,18 +236,60 @@ def test_a_replaced_installation_is_not_served(tmp_path: Path, repo: Path) -> No
             os.kill(state["pid"], signal.SIGKILL)
 
 
-def test_a_malformed_request_is_refused_and_the_server_goes_on(repo: Path, tmp_path: Path,
+# A client of the raw protocol, in a session of its own (the server declines a process with
+# a controlling terminal, which the test process may have): it sends the request in
+# argv[2] to the name in argv[1] (with stdin, stdout, stderr and its directory when
+# argv[3] is "fds"), prints the first reply, and on "started" waits for a line on stdin,
+# says "go" ("sent"), and prints the end.
+RAW_CLIENT = """
+import os, socket, sys
+name, request = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+sock.connect(name)
+sock.settimeout(20)
+if sys.argv[3] == "fds":
+    null = os.open(os.devnull, os.O_RDWR)
+    socket.send_fds(sock, [request], [null, null, null, os.open(".", os.O_RDONLY)])
+else:
+    sock.send(request)
+reply = sock.recv(4096)
+print("reply", reply.decode("utf-8", "replace"), flush=True)
+if reply == b"started":
+    sys.stdin.readline()
+    sock.send(b"go")
+    print("sent", flush=True)
+    try:
+        end = sock.recv(64)
+    except ConnectionResetError:  # closed with the "go" unread
+        end = b""
+    print("end", end.decode(), flush=True)
+"""
+
+
+def raw_client(repo: Path, tmp_path: Path, request: bytes, *, fds: bool = False) -> subprocess.Popen[str]:
+    (tmp_path / "raw.py").write_text(RAW_CLIENT)
+    (tmp_path / "raw.name").write_bytes(warm_socket_name(repo))
+    (tmp_path / "raw.request").write_bytes(request)
+    return subprocess.Popen([sys.executable, str(tmp_path / "raw.py"), str(tmp_path / "raw.name"),
+                             str(tmp_path / "raw.request"), "fds" if fds else "-"], cwd=repo, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+MALFORMED = {
+    b"run\0only\0three": "list index out of range",
+    b"run\0a\0b\0c\x009\0x": "a count past the end",
+    b"\xff" * 100: "an unknown request",
+    b"s" * (MAX_REQUEST + 1): "a request too large",
+}
+
+
+@pytest.mark.parametrize("request_", MALFORMED, ids=["short", "count", "unknown", "large"])
+def test_a_malformed_request_is_refused_and_the_server_goes_on(repo: Path, tmp_path: Path, request_: bytes,
                                                                server: dict[str, Any]) -> None:
-    for request in (b"run\0only\0three", b"run\0a\0b\0c\x009\0x", b"\xff" * 100, b"status" * 40000):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
-            sock.connect(warm_socket_name(repo))
-            sock.settimeout(10)
-            try:
-                sock.send(request)
-                reply = sock.recv(4096)
-            except OSError:  # too large for one datagram: refused by the kernel already
-                continue
-            assert reply.startswith(b"refused ")
+    out, err = raw_client(repo, tmp_path, request_).communicate(timeout=60)
+    assert out == f"reply refused {MALFORMED[request_]}\n", err
     proc = client("task", "list", cwd=repo)
     assert finish(proc)[0] == 0 and served(tmp_path, proc.pid)
 
@@ -464,29 +509,24 @@ def test_a_child_gone_before_its_go_costs_the_server_nothing(repo: Path, tmp_pat
     then fails): that command is reported or dropped, and the server serves on."""
     request = subprocess.run([sys.executable, "-c", _REQUEST], cwd=repo, capture_output=True, check=True,
                              timeout=60).stdout
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock, open(os.devnull, "rb+") as null:
-        sock.connect(warm_socket_name(repo))
-        sock.settimeout(10)
-        cwd = os.open(str(repo), os.O_RDONLY)
-        socket.send_fds(sock, [request], [null.fileno(), null.fileno(), null.fileno(), cwd])
-        os.close(cwd)
-        assert sock.recv(64) == b"started", log_of(tmp_path)
-        children = Path(f"/proc/{server['pid']}/task/{server['pid']}/children").read_text().split()
-        assert len(children) == 1
-        # The server held still, so that it meets the "go" (its client's descriptor is the
-        # lower: handled first) with the child already dead and not yet reaped.
-        os.kill(server["pid"], signal.SIGSTOP)
-        try:
-            os.kill(int(children[0]), signal.SIGKILL)
-            assert wait_for(lambda: not alive(int(children[0])))
-            sock.send(b"go")
-        finally:
-            os.kill(server["pid"], signal.SIGCONT)
-        try:
-            ended = sock.recv(64)
-        except ConnectionResetError:  # it closed with our "go" unread
-            ended = b""
-        assert ended in (b"", b"signal 9")
+    raw = raw_client(repo, tmp_path, request, fds=True)
+    assert raw.stdout is not None and raw.stdin is not None
+    assert raw.stdout.readline() == "reply started\n", log_of(tmp_path)
+    children = Path(f"/proc/{server['pid']}/task/{server['pid']}/children").read_text().split()
+    assert len(children) == 1
+    # The server held still, so that it meets the "go" (its client's descriptor is the
+    # lower: handled first) with the child already dead and not yet reaped.
+    os.kill(server["pid"], signal.SIGSTOP)
+    try:
+        os.kill(int(children[0]), signal.SIGKILL)
+        assert wait_for(lambda: not alive(int(children[0])))
+        raw.stdin.write("go\n")
+        raw.stdin.flush()
+        assert raw.stdout.readline() == "sent\n"
+    finally:
+        os.kill(server["pid"], signal.SIGCONT)
+    out, err = raw.communicate(timeout=60)
+    assert out in ("end \n", "end signal 9\n"), err
     proc = client("task", "list", cwd=repo)
     assert finish(proc)[0] == 0 and served(tmp_path, proc.pid) and alive(server["pid"])
 
